@@ -1,0 +1,38 @@
+"""django-workqueue: a durable job queue for Django that lives in your own database.
+
+>>> from django_workqueue import task
+>>> @task(max_attempts=5)
+... def send_receipt(order_id): ...
+>>> send_receipt.enqueue(42)  # inside transaction.atomic(): exists iff it commits
+"""
+
+from .context import JobContext
+from .exceptions import (
+    Discard,
+    EnqueueError,
+    JobCancelled,
+    JobNotFinished,
+    PayloadNotJSON,
+    PayloadTooLarge,
+    Retry,
+    Snooze,
+    TaskNotRegistered,
+    WorkqueueError,
+)
+from .registry import Task, task
+
+__all__ = [
+    "Discard",
+    "EnqueueError",
+    "JobCancelled",
+    "JobContext",
+    "JobNotFinished",
+    "PayloadNotJSON",
+    "PayloadTooLarge",
+    "Retry",
+    "Snooze",
+    "Task",
+    "TaskNotRegistered",
+    "WorkqueueError",
+    "task",
+]

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import importlib
+import logging
+
+from django.apps import AppConfig, apps
+from django.utils.module_loading import module_has_submodule
+
+logger = logging.getLogger("django_workqueue")
+
+# Task modules that failed to import: reported once by a system check and the worker's log,
+# while every other task keeps working.
+import_errors: dict[str, str] = {}
+
+
+class WorkqueueConfig(AppConfig):
+    name = "django_workqueue"
+    verbose_name = "Work queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks
+
+        discover_tasks()
+
+
+def discover_tasks() -> None:
+    """Import each installed app's ``tasks`` module and WORKQUEUE['TASK_MODULES']."""
+    from .conf import workqueue_settings as conf
+
+    modules = [
+        f"{config.name}.tasks"
+        for config in apps.get_app_configs()
+        if module_has_submodule(config.module, "tasks")
+    ]
+    for name in [*modules, *conf.TASK_MODULES]:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            if name not in import_errors:
+                logger.error("could not import task module %s: %r", name, exc)
+            import_errors[name] = f"{type(exc).__name__}: {exc}"

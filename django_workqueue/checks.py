@@ -1,0 +1,176 @@
+"""System checks: misconfiguration is reported by ``manage.py check`` and before ``runworker``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.core.management import get_commands
+
+from .conf import DEFAULTS
+from .conf import workqueue_settings as conf
+
+_POSITIVE_NUMBERS = (
+    "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "RETRY_BACKOFF_MAX",
+)  # fmt: skip
+_POSITIVE_INTS = (
+    "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
+)  # fmt: skip
+
+
+@checks.register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    user = getattr(settings, "WORKQUEUE", {})
+    if not isinstance(user, dict):
+        return [checks.Error("WORKQUEUE must be a dict.", id="django_workqueue.E002")]
+    for key in sorted(set(user) - set(DEFAULTS)):
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE has an unknown setting {key!r}.",
+                hint=f"The settings are: {', '.join(sorted(DEFAULTS))}.",
+                id="django_workqueue.E002",
+            )
+        )
+    queues = conf.QUEUES
+    if not (
+        isinstance(queues, list | tuple)
+        and queues
+        and all(isinstance(q, str) and q and len(q) <= 100 for q in queues)
+    ):
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['QUEUES'] must be a non-empty list of queue names, got {queues!r}.",
+                id="django_workqueue.E002",
+            )
+        )
+    elif conf.DEFAULT_QUEUE not in queues:
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['DEFAULT_QUEUE'] {conf.DEFAULT_QUEUE!r} is not in WORKQUEUE['QUEUES'].",
+                id="django_workqueue.E002",
+            )
+        )
+    for name in _POSITIVE_NUMBERS:
+        value = getattr(conf, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            errors.append(
+                checks.Error(
+                    f"WORKQUEUE[{name!r}] must be a positive number, got {value!r}.",
+                    id="django_workqueue.E002",
+                )
+            )
+    for name in _POSITIVE_INTS:
+        value = getattr(conf, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            errors.append(
+                checks.Error(
+                    f"WORKQUEUE[{name!r}] must be a positive integer, got {value!r}.",
+                    id="django_workqueue.E002",
+                )
+            )
+    if not isinstance(conf.RETRY_JITTER, int | float) or not 0 <= conf.RETRY_JITTER <= 1:
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['RETRY_JITTER'] must be a fraction from 0 to 1, "
+                f"got {conf.RETRY_JITTER!r}.",
+                id="django_workqueue.E002",
+            )
+        )
+    if not isinstance(conf.SHUTDOWN_GRACE_SECONDS, int | float) or conf.SHUTDOWN_GRACE_SECONDS < 0:
+        errors.append(
+            checks.Error(
+                "WORKQUEUE['SHUTDOWN_GRACE_SECONDS'] must be a number of seconds >= 0.",
+                id="django_workqueue.E002",
+            )
+        )
+    if not settings.USE_TZ:
+        errors.append(
+            checks.Error(
+                "django-workqueue needs USE_TZ = True: leases and schedules are compared in UTC.",
+                hint="Set USE_TZ = True in your settings.",
+                id="django_workqueue.E005",
+            )
+        )
+    return errors
+
+
+@checks.register()
+def check_database_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return _database_messages()
+
+
+def _database_messages() -> list[checks.CheckMessage]:
+    alias = conf.DATABASE
+    if alias not in settings.DATABASES:
+        return [
+            checks.Error(
+                f"WORKQUEUE['DATABASE'] is {alias!r}, which is not in DATABASES.",
+                hint=f"Use one of: {', '.join(settings.DATABASES)}.",
+                id="django_workqueue.E001",
+            )
+        ]
+    db = settings.DATABASES[alias]
+    engine = db.get("ENGINE", "")
+    if engine.endswith("postgresql") or engine.endswith("postgis"):
+        return []
+    if not engine.endswith("sqlite3"):
+        return [
+            checks.Error(
+                f"django-workqueue supports PostgreSQL and SQLite; database {alias!r} uses "
+                f"{engine}.",
+                hint="Point WORKQUEUE['DATABASE'] at a PostgreSQL or SQLite database.",
+                id="django_workqueue.E001",
+            )
+        ]
+    options = db.get("OPTIONS", {})
+    messages: list[checks.CheckMessage] = []
+    init = str(options.get("init_command", "")).replace(" ", "").lower()
+    if "journal_mode=wal" not in init:
+        messages.append(
+            checks.Warning(
+                f"SQLite database {alias!r} is not in WAL mode: workers and web requests will "
+                f"block each other and see 'database is locked'.",
+                hint='Add OPTIONS["init_command"] = "PRAGMA journal_mode=WAL; PRAGMA '
+                'synchronous=NORMAL; PRAGMA busy_timeout=5000".',
+                id="django_workqueue.W003",
+            )
+        )
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        messages.append(
+            checks.Warning(
+                f"SQLite database {alias!r} starts transactions DEFERRED: a transaction that "
+                f"reads and then writes can fail with 'database is locked' under load.",
+                hint='Add OPTIONS["transaction_mode"] = "IMMEDIATE".',
+                id="django_workqueue.W004",
+            )
+        )
+    return messages
+
+
+@checks.register()
+def check_runworker_owner(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    owner = get_commands().get("runworker")
+    if owner not in (None, "django_workqueue"):
+        return [
+            checks.Error(
+                f"The runworker command belongs to {owner!r}, not django_workqueue.",
+                hint=f"List 'django_workqueue' before {owner!r} in INSTALLED_APPS.",
+                id="django_workqueue.E004",
+            )
+        ]
+    return []
+
+
+@checks.register()
+def check_task_imports(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .apps import import_errors
+
+    return [
+        checks.Warning(
+            f"Task module {module} failed to import ({error}); its tasks cannot run.",
+            id="django_workqueue.W006",
+        )
+        for module, error in sorted(import_errors.items())
+    ]

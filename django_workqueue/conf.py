@@ -1,0 +1,81 @@
+"""Settings for django-workqueue, read from one namespaced dict: ``settings.WORKQUEUE``.
+
+Every name has a default here; ``workqueue_settings`` is rebuilt whenever Django's
+``setting_changed`` signal reports a change to ``WORKQUEUE`` (``override_settings`` in tests).
+Values are validated by the system checks in ``checks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+DEFAULTS: dict[str, Any] = {
+    # The database alias that holds the job tables. It should be the alias your code writes with,
+    # so that enqueue joins your transaction; if not, enqueue is deferred to your commit.
+    "DATABASE": "default",
+    # Queues that exist. Enqueueing to a queue not listed here is an error; `runworker` without
+    # --queues serves all of them.
+    "QUEUES": ["default"],
+    "DEFAULT_QUEUE": "default",
+    "DEFAULT_PRIORITY": 0,
+    "DEFAULT_MAX_ATTEMPTS": 3,
+    "DEFAULT_LEASE_SECONDS": 60,
+    # Upper bound on JSON-encoded args + kwargs of one job, in bytes.
+    "MAX_PAYLOAD_BYTES": 256 * 1024,
+    # Upper bound on the JSON-encoded result a task may return, in bytes.
+    "MAX_RESULT_BYTES": 256 * 1024,
+    # How often an idle worker looks for work when no wake-up arrives (seconds).
+    "POLL_INTERVAL": 1.0,
+    # Longest gap between two lease renewals; shorter leases renew at a third of their length.
+    "HEARTBEAT_INTERVAL": 10.0,
+    # How often each worker runs the reaper (expired leases) at most.
+    "REAPER_INTERVAL": 5.0,
+    # How long SIGTERM waits for running jobs before releasing them back to ready.
+    "SHUTDOWN_GRACE_SECONDS": 30.0,
+    # Use LISTEN/NOTIFY on PostgreSQL for instant wake-ups (polling stays on as a fallback).
+    "LISTEN_NOTIFY": True,
+    # A DSN for the LISTEN connection when the jobs database goes through a pooler that drops
+    # NOTIFY (PgBouncer in transaction mode). None: the jobs database's own settings.
+    "LISTEN_DSN": None,
+    # Exponential backoff for retries: base * 2 ** (attempt - 1) seconds, capped, with jitter.
+    "RETRY_BACKOFF_BASE": 2.0,
+    "RETRY_BACKOFF_MAX": 3600.0,
+    "RETRY_JITTER": 0.1,
+    # Task modules imported at start-up besides each installed app's ``tasks`` module.
+    "TASK_MODULES": [],
+}
+
+
+class WorkqueueSettings:
+    """Attribute access to ``settings.WORKQUEUE`` merged over ``DEFAULTS``."""
+
+    def __init__(self) -> None:
+        self._user: dict[str, Any] | None = None
+
+    @property
+    def user(self) -> dict[str, Any]:
+        if self._user is None:
+            self._user = dict(getattr(settings, "WORKQUEUE", {}) or {})
+        return self._user
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown WORKQUEUE setting {name!r}")
+        return self.user.get(name, DEFAULTS[name])
+
+    def reload(self) -> None:
+        self._user = None
+
+
+workqueue_settings = WorkqueueSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "WORKQUEUE":
+        workqueue_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,65 @@
+"""``JobContext``: what a task that declares ``context`` as its first parameter receives."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from .exceptions import JobCancelled
+
+if TYPE_CHECKING:
+    from .db import ClaimedJob, Driver
+
+
+class JobContext:
+    """The running job, its attempt, progress reporting and cooperative cancellation.
+
+    >>> @task
+    ... def import_rows(context, path):
+    ...     rows = load(path)
+    ...     for n, row in enumerate(rows, 1):
+    ...         context.raise_if_cancelled()
+    ...         save(row)
+    ...         context.set_progress(n, len(rows), "importing")
+    """
+
+    def __init__(self, job: ClaimedJob, *, owner: str, driver: Driver) -> None:
+        self.job = job
+        self.owner = owner
+        self._driver = driver
+        self.cancelled = threading.Event()
+        """Set when cancellation was requested, the timeout passed, the lease was lost or the
+        worker is shutting down past its grace period."""
+        self.cancel_requested = False
+        self.lease_lost = False
+        self.timed_out = False
+        self.finished = False
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    def set_progress(self, current: int, total: int | None = None, message: str = "") -> bool:
+        """Store progress on the job row; returns False if this worker no longer owns the job."""
+        return self._driver.set_progress(
+            self.owner, self.job.id, self.job.attempt, int(current),
+            None if total is None else int(total), str(message)[:500],
+        )  # fmt: skip
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JobCancelled`` if the job should stop now."""
+        if self.cancelled.is_set():
+            raise JobCancelled(self._why())
+
+    def _why(self) -> str:
+        if self.lease_lost:
+            return "this worker lost the job's lease"
+        if self.timed_out:
+            return "the task ran past its timeout"
+        if self.cancel_requested:
+            return "cancellation was requested"
+        return "the worker is shutting down"

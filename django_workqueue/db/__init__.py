@@ -1,0 +1,34 @@
+"""Database drivers: all vendor SQL lives in this package, one module per vendor."""
+
+from __future__ import annotations
+
+from django.db import connections
+
+from .base import ClaimedJob, Driver, Outcome, OutcomeKind
+
+__all__ = ["ClaimedJob", "Driver", "Outcome", "OutcomeKind", "driver_for"]
+
+SUPPORTED_VENDORS = ("postgresql", "sqlite")
+_drivers: dict[str, Driver] = {}
+
+
+def driver_for(alias: str) -> Driver:
+    """The driver for a database alias (PostgreSQL or SQLite)."""
+    driver = _drivers.get(alias)
+    if driver is None:
+        vendor = connections[alias].vendor
+        if vendor == "postgresql":
+            from .postgresql import PostgresDriver
+
+            driver = PostgresDriver(alias)
+        elif vendor == "sqlite":
+            from .sqlite import SQLiteDriver
+
+            driver = SQLiteDriver(alias)
+        else:
+            raise NotImplementedError(
+                f"django-workqueue supports {' and '.join(SUPPORTED_VENDORS)}; database "
+                f"{alias!r} is {vendor}. Point WORKQUEUE['DATABASE'] at a supported database."
+            )
+        _drivers[alias] = driver
+    return driver

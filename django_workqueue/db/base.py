@@ -1,0 +1,143 @@
+"""The driver protocol: the few statements of the hot path, written once per database vendor.
+
+Everything here runs on the calling thread's Django connection for the jobs database, in
+autocommit unless the caller opened a transaction (``atomic=True`` tasks record their success
+inside theirs). Each write by a worker is fenced by (job id, lease owner, attempt) and returns
+whether it changed a row: a stale worker's late write changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..models import Job
+from ..states import Status, transition
+
+
+class OutcomeKind(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # back to ready after a delay, or failed once the attempts are spent
+    DISCARD = "discard"  # failed now, whatever attempts remain
+    CANCELLED = "cancelled"
+    SNOOZE = "snooze"  # back to ready after a delay; the attempt is not charged
+    RELEASE = "release"  # graceful shutdown: back to ready now; the attempt is not charged
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    id: int
+    task_name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_seconds: int
+    deadline: datetime | None
+    claimed_at: datetime
+    """The database's clock when the job was claimed."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    job_id: int
+    attempt: int
+    kind: OutcomeKind
+    max_attempts: int
+    result_json: str | None = None
+    error: dict[str, Any] | None = None
+    delay: float = 0.0
+
+    @property
+    def status(self) -> Status:
+        """The status this outcome writes (a cancel request turns any failure into cancelled)."""
+        if self.kind == OutcomeKind.SUCCEEDED:
+            return Status.SUCCEEDED
+        if self.kind == OutcomeKind.DISCARD:
+            return Status.FAILED
+        if self.kind == OutcomeKind.CANCELLED:
+            return Status.CANCELLED
+        if self.kind == OutcomeKind.RETRY and self.attempt >= self.max_attempts:
+            return Status.FAILED
+        return Status.READY
+
+    @property
+    def charges_attempt(self) -> bool:
+        return self.kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE)
+
+    def params(self, owner: str) -> dict[str, Any]:
+        (status,) = transition(Status.RUNNING, self.status)
+        error = self.error or {}
+        return {
+            "id": self.job_id,
+            "owner": owner,
+            "attempt": self.attempt,
+            "status": status.value,
+            "succeeded": self.kind == OutcomeKind.SUCCEEDED,
+            "result": self.result_json,
+            "has_error": self.error is not None,
+            "etype": error.get("type", ""),
+            "emessage": error.get("message", ""),
+            "etraceback": error.get("traceback"),
+            "delay": float(self.delay),
+            "extra_attempts": 0 if self.charges_attempt else 1,
+        }
+
+
+class Driver:
+    """Vendor SQL for one database alias. Subclasses fill in the statements."""
+
+    vendor: str = ""
+    supports_listen_notify: bool = False
+    """Whether workers can be woken by the database (PostgreSQL LISTEN/NOTIFY)."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.table = connections[alias].ops.quote_name(Job._meta.db_table)
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    def claim(
+        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs in one statement and lease them to ``owner``."""
+        raise NotImplementedError
+
+    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+        """Extend ``owner``'s leases ``(job id, attempt)``; return {renewed id: cancel asked}."""
+        raise NotImplementedError
+
+    def record(self, owner: str, outcome: Outcome) -> bool:
+        """Write one outcome if ``owner`` still holds the job's lease for that attempt."""
+        raise NotImplementedError
+
+    def set_progress(
+        self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
+    ) -> bool:
+        raise NotImplementedError
+
+    def reap(self, now: datetime | None = None) -> list[int]:
+        """Return expired leases to ready (or end them); the crashed attempt stays counted."""
+        raise NotImplementedError
+
+    def notify(self, queues: set[str]) -> None:
+        """Tell listening workers of new jobs in ``queues`` (sent when the transaction commits)."""
+
+    def listener(self, callback: Callable[[str | None], None]) -> Any:
+        """A started background listener calling ``callback(queue)``, or None if unsupported."""
+        return None
+
+    @staticmethod
+    def load_json(value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str | bytes) else value

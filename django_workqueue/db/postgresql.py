@@ -1,0 +1,218 @@
+"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, ``now()`` as the only clock, LISTEN/NOTIFY.
+
+Many worker processes on many hosts share one database. Claims never wait on each other's row
+locks (SKIP LOCKED); two reapers or a reaper and a completion racing for one row serialise on
+its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …`` no longer matches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from .base import ClaimedJob, Driver, Outcome
+
+logger = logging.getLogger("django_workqueue.db")
+
+CHANNEL = "django_workqueue"
+
+# The database clock, unless a caller (a test) passes its own ``now`` parameter.
+NOW = "COALESCE(%(now)s::timestamptz, now())"
+
+_RETURNING = (
+    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
+    "deadline, started_at"
+)
+
+
+class PostgresDriver(Driver):
+    vendor = "postgresql"
+    supports_listen_notify = True
+
+    def claim(
+        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        # One LATERAL branch per queue, each walking the partial index wq_job_claim in order and
+        # stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
+        # ready set. Rows another worker holds are skipped, never waited for. MATERIALIZED keeps
+        # the candidate set an optimisation fence: computed and locked once, before the UPDATE.
+        sql = (
+            f"WITH picked AS MATERIALIZED ("
+            f"SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
+            f"SELECT id, priority, run_after FROM {self.table} "
+            f"WHERE status = 'ready' AND queue = q.name AND run_after <= {NOW} "
+            f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+            f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
+            f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
+            f"lease_owner = %(owner)s, started_at = {NOW}, "
+            f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
+            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
+            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}"
+        )
+        params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [self._claimed(row) for row in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+    def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
+        (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
+         deadline, started_at) = row  # fmt: skip
+        return ClaimedJob(
+            id=id_,
+            task_name=task_name,
+            queue=queue,
+            priority=priority,
+            args=self.load_json(args),
+            kwargs=self.load_json(kwargs),
+            attempt=attempt,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            deadline=deadline,
+            claimed_at=started_at,
+        )
+
+    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+        if not leases:
+            return {}
+        sql = (
+            f"UPDATE {self.table} "
+            f"SET lease_expires_at = now() + lease_seconds * interval '1 second' "
+            f"WHERE status = 'running' AND lease_owner = %s "
+            f"AND (id, attempt) IN (SELECT * FROM unnest(%s::bigint[], %s::integer[])) "
+            f"RETURNING id, cancel_requested_at IS NOT NULL"
+        )
+        ids = [job_id for job_id, _ in leases]
+        attempts = [attempt for _, attempt in leases]
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [owner, ids, attempts])
+            return dict(cursor.fetchall())
+
+    def record(self, owner: str, outcome: Outcome) -> bool:
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN NOT %(succeeded)s AND cancel_requested_at IS NOT NULL "
+            f"  THEN 'cancelled' ELSE %(status)s END, "
+            f"finished_at = CASE WHEN %(status)s <> 'ready' OR "
+            f"  (NOT %(succeeded)s AND cancel_requested_at IS NOT NULL) THEN now() END, "
+            f"result = CASE WHEN %(succeeded)s THEN %(result)s::jsonb ELSE result END, "
+            f"errors = CASE WHEN %(has_error)s THEN errors || jsonb_build_array(jsonb_build_object("
+            f"  'attempt', attempt, 'at', now(), 'type', %(etype)s::text, "
+            f"  'message', %(emessage)s::text, 'traceback', %(etraceback)s::text)) "
+            f"  ELSE errors END, "
+            f"run_after = CASE WHEN %(status)s = 'ready' "
+            f"  THEN now() + make_interval(secs => %(delay)s) ELSE run_after END, "
+            f"max_attempts = max_attempts + %(extra_attempts)s, "
+            f"lease_owner = NULL, lease_expires_at = NULL "
+            f"WHERE id = %(id)s AND lease_owner = %(owner)s AND attempt = %(attempt)s "
+            f"AND status = 'running'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, outcome.params(owner))
+            return cursor.rowcount == 1
+
+    def set_progress(
+        self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
+    ) -> bool:
+        sql = (
+            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
+            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
+            f"AND status = 'running'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
+            return cursor.rowcount == 1
+
+    def reap(self, now: datetime | None = None) -> list[int]:
+        spent = "attempt >= max_attempts"
+        cancel = "cancel_requested_at IS NOT NULL"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
+            f"  ELSE 'ready' END, "
+            f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
+            f"run_after = {NOW}, "
+            f"errors = errors || jsonb_build_array(jsonb_build_object("
+            f"  'attempt', attempt, 'at', {NOW}, 'type', 'LeaseExpired', "
+            f"  'message', 'worker ' || lease_owner || ' stopped renewing its lease "
+            f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
+            f"lease_owner = NULL, lease_expires_at = NULL "
+            f"WHERE status = 'running' AND lease_expires_at < {NOW} RETURNING id"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": now})
+            return [row[0] for row in cursor.fetchall()]
+
+    def notify(self, queues: set[str]) -> None:
+        with self.connection.cursor() as cursor:
+            for queue in sorted(queues):
+                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+
+    def listener(self, callback: Callable[[str | None], None]) -> Listener:
+        from ..conf import workqueue_settings as conf
+
+        params = self.connection.get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+        listener = Listener(conf.LISTEN_DSN, params, callback)
+        listener.start()
+        return listener
+
+
+class Listener(threading.Thread):
+    """LISTEN on a dedicated autocommit connection, outside Django's per-thread connections.
+
+    It reconnects with backoff when the connection drops and then calls ``callback(None)``, so
+    the worker polls once for anything announced while it was deaf. Polling stays on regardless.
+    """
+
+    def __init__(
+        self, dsn: str | None, params: dict[str, Any], callback: Callable[[str | None], None]
+    ) -> None:
+        super().__init__(name="workqueue-listener", daemon=True)
+        self.dsn = dsn
+        self.params = params
+        self.callback = callback
+        self.stopping = threading.Event()
+        self.connected = threading.Event()
+        self.connection: Any = None
+
+    def run(self) -> None:
+        import psycopg
+
+        backoff = 0.1
+        while not self.stopping.is_set():
+            try:
+                if self.dsn:
+                    self.connection = psycopg.connect(self.dsn, autocommit=True)
+                else:
+                    self.connection = psycopg.connect(**self.params, autocommit=True)
+                with self.connection:
+                    self.connection.execute(f"LISTEN {CHANNEL}")
+                    self.connected.set()
+                    backoff = 0.1
+                    self.callback(None)
+                    while not self.stopping.is_set():
+                        for notice in self.connection.notifies(timeout=1.0):
+                            self.callback(notice.payload)
+            except Exception as exc:
+                self.connected.clear()
+                if self.stopping.is_set():
+                    break
+                logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, backoff)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        self.connected.clear()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        connection = self.connection
+        if connection is not None:
+            with contextlib.suppress(Exception):  # best effort on the way out
+                connection.cancel_safe()

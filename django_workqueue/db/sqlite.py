@@ -1,0 +1,156 @@
+"""SQLite, the embedded default: one host, one writer at a time, polling for wake-ups.
+
+Each statement here is a single ``UPDATE … RETURNING`` in autocommit: SQLite takes the write
+lock when the statement starts (waiting up to ``busy_timeout``), so a claim reads and writes
+under one lock and two workers can never claim the same row. The database clock is the host's
+clock (SQLite has no server), read by SQLite itself as ``strftime(…, 'now')``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .base import ClaimedJob, Driver, Outcome
+
+# Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
+# time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
+_FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
+NOW = f"COALESCE(:now, strftime({_FORMAT}, 'now'))"
+_ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
+
+_RETURNING = (
+    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
+    "deadline, started_at"
+)
+
+
+class SQLiteDriver(Driver):
+    vendor = "sqlite"
+    supports_listen_notify = False
+
+    def _now_param(self, now: datetime | None) -> str | None:
+        return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
+
+    def claim(
+        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        names = ", ".join(f":q{i}" for i in range(len(queues)))
+        sql = (
+            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
+            f"lease_owner = :owner, started_at = {NOW}, "
+            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
+            f"WHERE id IN (SELECT id FROM {self.table} INDEXED BY wq_job_claim "
+            f"WHERE status = 'ready' AND queue IN ({names}) AND run_after <= {NOW} "
+            f"ORDER BY priority DESC, run_after, id LIMIT :limit) AND status = 'ready' "
+            f"RETURNING {_RETURNING}"
+        )
+        params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
+        params.update((f"q{i}", queue) for i, queue in enumerate(queues))
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [self._claimed(row) for row in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+    def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
+        (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
+         deadline, started_at) = row  # fmt: skip
+        return ClaimedJob(
+            id=id_,
+            task_name=task_name,
+            queue=queue,
+            priority=priority,
+            args=self.load_json(args),
+            kwargs=self.load_json(kwargs),
+            attempt=attempt,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            deadline=_parse(deadline),
+            claimed_at=_parse(started_at) or datetime.now(UTC),
+        )
+
+    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+        if not leases:
+            return {}
+        pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+        sql = (
+            f"UPDATE {self.table} SET lease_expires_at = "
+            f"strftime({_FORMAT}, 'now', '+' || lease_seconds || ' seconds') "
+            f"WHERE status = 'running' AND lease_owner = :owner "
+            f"AND (id, attempt) IN (VALUES {pairs}) "
+            f"RETURNING id, cancel_requested_at IS NOT NULL"
+        )
+        params: dict[str, Any] = {"owner": owner}
+        for n, (job_id, attempt) in enumerate(leases):
+            params[f"i{n}"] = job_id
+            params[f"a{n}"] = attempt
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id: bool(cancel) for job_id, cancel in cursor.fetchall()}
+
+    def record(self, owner: str, outcome: Outcome) -> bool:
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN NOT :succeeded AND cancel_requested_at IS NOT NULL "
+            f"  THEN 'cancelled' ELSE :status END, "
+            f"finished_at = CASE WHEN :status <> 'ready' OR "
+            f"  (NOT :succeeded AND cancel_requested_at IS NOT NULL) "
+            f"  THEN strftime({_FORMAT}, 'now') END, "
+            f"result = CASE WHEN :succeeded THEN :result ELSE result END, "
+            f"errors = CASE WHEN :has_error THEN json_insert(errors, '$[#]', json_object("
+            f"  'attempt', attempt, 'at', {_ISO_NOW}, 'type', :etype, "
+            f"  'message', :emessage, 'traceback', :etraceback)) ELSE errors END, "
+            f"run_after = CASE WHEN :status = 'ready' "
+            f"  THEN strftime({_FORMAT}, 'now', :delay_modifier) ELSE run_after END, "
+            f"max_attempts = max_attempts + :extra_attempts, "
+            f"lease_owner = NULL, lease_expires_at = NULL "
+            f"WHERE id = :id AND lease_owner = :owner AND attempt = :attempt "
+            f"AND status = 'running'"
+        )
+        params = outcome.params(owner)
+        params["delay_modifier"] = f"+{params.pop('delay'):.6f} seconds"
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount == 1
+
+    def set_progress(
+        self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
+    ) -> bool:
+        sql = (
+            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
+            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
+            f"AND status = 'running'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
+            return cursor.rowcount == 1
+
+    def reap(self, now: datetime | None = None) -> list[int]:
+        spent = "attempt >= max_attempts"
+        cancel = "cancel_requested_at IS NOT NULL"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
+            f"  ELSE 'ready' END, "
+            f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
+            f"run_after = {NOW}, "
+            f"errors = json_insert(errors, '$[#]', json_object("
+            f"  'attempt', attempt, 'at', {_ISO_NOW}, 'type', 'LeaseExpired', "
+            f"  'message', 'worker ' || lease_owner || ' stopped renewing its lease "
+            f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
+            f"lease_owner = NULL, lease_expires_at = NULL "
+            f"WHERE status = 'running' AND lease_expires_at < {NOW} RETURNING id"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": self._now_param(now)})
+            return [row[0] for row in cursor.fetchall()]
+
+
+def _parse(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -1,0 +1,106 @@
+"""Exceptions: the ones tasks raise to steer their job, and the ones enqueue raises on bad input."""
+
+from __future__ import annotations
+
+
+class WorkqueueError(Exception):
+    """Base class of every error raised by django-workqueue."""
+
+
+# --- raised by tasks ---------------------------------------------------------------------------
+
+
+class JobControl(Exception):
+    """Base class of the exceptions a task raises to tell the worker what to do next."""
+
+
+class Retry(JobControl):
+    """Run the job again after ``delay`` seconds; the attempt counts against ``max_attempts``.
+
+    >>> raise Retry(delay=30, reason="upstream is rate-limiting us")
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        super().__init__(reason or "retry requested")
+        self.delay = delay
+        self.reason = reason
+
+
+class Snooze(JobControl):
+    """Put the job back for ``delay`` seconds without spending an attempt.
+
+    >>> raise Snooze(delay=60)
+    """
+
+    def __init__(self, delay: float = 0) -> None:
+        super().__init__(f"snoozed for {delay}s")
+        self.delay = delay
+
+
+class Discard(JobControl):
+    """Fail the job now, straight to the dead-letter queue, whatever attempts remain.
+
+    >>> raise Discard("the account was deleted")
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "discarded")
+        self.reason = reason
+
+
+class JobCancelled(JobControl):
+    """Raised by ``context.raise_if_cancelled()`` once cancellation was requested."""
+
+
+# --- raised at enqueue -------------------------------------------------------------------------
+
+
+class EnqueueError(WorkqueueError, ValueError):
+    """The job was not enqueued; nothing was written."""
+
+
+class TaskNotRegistered(EnqueueError, LookupError):
+    pass
+
+
+class PayloadNotJSON(EnqueueError, TypeError):
+    pass
+
+
+class PayloadTooLarge(EnqueueError):
+    pass
+
+
+class UnknownQueue(EnqueueError):
+    pass
+
+
+class InvalidPriority(EnqueueError):
+    pass
+
+
+class InvalidOption(EnqueueError):
+    pass
+
+
+class NaiveDatetime(EnqueueError):
+    pass
+
+
+# --- raised while running ----------------------------------------------------------------------
+
+
+class JobTimeout(WorkqueueError):
+    """The task ran longer than its ``timeout``."""
+
+
+class DeadlineExceeded(WorkqueueError):
+    """The job's deadline passed before it could run."""
+
+
+class ResultNotJSON(WorkqueueError):
+    """The task returned a value that cannot be stored as JSON."""
+
+
+class JobNotFinished(WorkqueueError, TimeoutError):
+    """``Job.wait()`` timed out before the job reached a terminal status."""

@@ -1,0 +1,122 @@
+"""``manage.py runworker``: parse and validate the options, then run a ``Worker``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import workqueue_settings as conf
+from ...worker.runner import Worker
+
+
+def queue_list(value: str) -> list[str]:
+    queues = [q.strip() for q in value.split(",") if q.strip()]
+    if not queues:
+        raise argparse.ArgumentTypeError("give at least one queue name, e.g. --queues default,mail")
+    return queues
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be more than 0 seconds")
+    return number
+
+
+def worker_id(value: str) -> str:
+    if not 0 < len(value) <= 64:
+        raise argparse.ArgumentTypeError("a worker id is 1 to 64 characters")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run jobs: claims into N slots, renews leases, reaps crashed work. SIGTERM or Ctrl-C "
+        "drains gracefully (running jobs get WORKQUEUE['SHUTDOWN_GRACE_SECONDS'] to finish, "
+        "the rest go back to ready uncharged); a second signal exits at once."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
+                            "(default: all of WORKQUEUE['QUEUES']).")  # fmt: skip
+        parser.add_argument("--concurrency", type=positive_int, default=1,
+                            help="Jobs run at once (slot threads). Default 1.")  # fmt: skip
+        parser.add_argument("--burst", action="store_true",
+                            help="Exit once no job is ready and none is running.")  # fmt: skip
+        parser.add_argument("--max-jobs", type=positive_int,
+                            help="Exit after running this many jobs.")  # fmt: skip
+        parser.add_argument("--poll-interval", type=positive_float,
+                            help="Seconds between polls when idle "
+                            "(default WORKQUEUE['POLL_INTERVAL']).")  # fmt: skip
+        parser.add_argument("--worker-id", type=worker_id,
+                            help="Lease owner id (default: a fresh uuid4 per start; a reused "
+                            "id hides a crashed process).")  # fmt: skip
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = options["queues"] or list(conf.QUEUES)
+        unknown = [q for q in queues if q not in conf.QUEUES]
+        if unknown:
+            raise CommandError(
+                f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
+                f"{', '.join(conf.QUEUES)}"
+            )
+        _configure_logging(options["verbosity"])
+        worker = Worker(
+            queues=queues,
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            poll_interval=options["poll_interval"],
+            worker_id=options["worker_id"],
+        )
+        signals_seen = 0
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                sys.stderr.write("second signal: exiting now; leases will expire and be reaped\n")
+                os._exit(1)
+            sys.stderr.write(
+                f"{signal.Signals(signum).name}: draining (signal again to exit at once)\n"
+            )
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.stdout.write(
+            f"runworker {worker.id}: queues={','.join(queues)} "
+            f"concurrency={worker.concurrency} pid={os.getpid()}"
+        )
+        worker.run()
+        self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
+
+
+def _configure_logging(verbosity: int) -> None:
+    logger = logging.getLogger("django_workqueue")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO if verbosity >= 1 else
+                    logging.WARNING)  # fmt: skip

@@ -1,0 +1,147 @@
+"""The job tables. The state machine lives in ``Job.status``; see ``states.py`` for its edges.
+
+Indexes are designed for the hot path, not added by accident:
+
+* ``wq_job_claim`` covers the claim's whole ``ORDER BY`` (queue, priority DESC, run_after, id) and
+  holds ``ready`` rows only, so it stays small while finished rows pile up;
+* ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
+* ``wq_job_unique_active`` makes ``unique_key`` unique among jobs that are not finished.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import models
+from django.db.models.functions import Now
+
+from .exceptions import JobNotFinished
+from .states import ACTIVE, TERMINAL, Status
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def active(self) -> JobQuerySet:
+        return self.filter(status__in=ACTIVE)
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(status__in=TERMINAL)
+
+    def dead_letters(self) -> JobQuerySet:
+        """The dead-letter queue: jobs that ended ``failed``."""
+        return self.filter(status=Status.FAILED)
+
+
+class Job(models.Model):
+    task_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0, help_text="Higher runs first, -100..100.")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="How many times the job was claimed; each claim is a new attempt."
+    )
+    max_attempts = models.PositiveIntegerField(default=3)
+    lease_seconds = models.PositiveIntegerField(default=60)
+    run_after = models.DateTimeField(db_default=Now())
+    # NULL, not "", so the column means "no owner" and is never matched by a fence.
+    lease_owner = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # NULL keeps jobs without a key out of the partial unique index.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="A job not started by this time fails without running."
+    )
+    progress_current = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    progress_message = models.CharField(max_length=500, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    enqueued_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_after",
+                "id",
+                name="wq_job_claim",
+                condition=models.Q(status="ready"),
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="wq_job_lease",
+                condition=models.Q(status="running"),
+            ),
+            models.Index(fields=["status", "finished_at"], name="wq_job_status_finished"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                name="wq_job_unique_active",
+                condition=models.Q(status__in=["blocked", "ready", "running"]),
+            ),
+            models.CheckConstraint(
+                condition=models.Q(priority__gte=-100, priority__lte=100),
+                name="wq_job_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}#{self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in TERMINAL
+
+    def wait(self, timeout: float = 10.0, interval: float = 0.05) -> Job:
+        """Block until the job is finished, refreshing it from the database; return it.
+
+        >>> job = add.enqueue(1, 2); job.wait(timeout=5).result
+        3
+        Raises ``JobNotFinished`` when ``timeout`` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh_from_db()
+            if self.is_finished:
+                return self
+            if time.monotonic() >= deadline:
+                raise JobNotFinished(
+                    f"job {self.pk} ({self.task_name}) is still {self.status} after {timeout}s"
+                )
+            time.sleep(interval)
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        return {
+            "current": self.progress_current,
+            "total": self.progress_total,
+            "message": self.progress_message,
+        }
+
+
+class WorkerProcess(models.Model):
+    """A live ``runworker`` process, for dashboards. Recovery never depends on it: leases do."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid} ({self.id})"

@@ -1,0 +1,145 @@
+"""Operations on jobs: the one implementation that the admin, the API, realtime and the CLI call.
+
+Each operation is a guarded conditional UPDATE whose row count says what happened, and returns
+an ``OperationResult`` naming it; losing a race is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+
+from django.db.models import F, QuerySet
+from django.db.models.functions import Now
+
+from .conf import workqueue_settings as conf
+from .models import Job
+from .registry import registered_tasks
+from .states import Status, transition
+
+logger = logging.getLogger("django_workqueue.operations")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OperationResult:
+    action: str
+    """What was done: "cancelled", "cancel_requested", "redriven", "retried" or "unchanged"."""
+    count: int
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+def _jobs(alias: str | None) -> QuerySet[Job]:
+    return Job.objects.using(alias or conf.DATABASE)
+
+
+def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
+    """Cancel a job: a waiting job never runs; a running one is asked to stop.
+
+    A running job sees ``context.cancelled`` at its worker's next heartbeat and ends
+    ``cancelled`` (never retried) when it stops by raising.
+    """
+    job_id = job.pk if isinstance(job, Job) else job
+    jobs = _jobs(alias).filter(pk=job_id)
+    for _ in range(3):  # the job may move between our guarded updates; each try re-reads
+        waiting = [Status.BLOCKED, Status.READY]
+        for source in waiting:
+            transition(source, Status.CANCELLED)
+        if jobs.filter(status__in=waiting).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        ):
+            return OperationResult(action="cancelled", count=1, message=f"job {job_id} cancelled")
+        if jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=Now()
+        ):
+            return OperationResult(
+                action="cancel_requested", count=1,
+                message=f"job {job_id} is running; its worker will stop it at the next heartbeat",
+            )  # fmt: skip
+        status = jobs.values_list("status", flat=True).first()
+        if status is None:
+            raise Job.DoesNotExist(f"there is no job {job_id}")
+        if status == Status.RUNNING:
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id}: cancellation already requested"
+            )
+        if status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id} already finished ({status})"
+            )
+    return OperationResult(action="unchanged", count=0, message=f"job {job_id} kept changing")
+
+
+def redrive(
+    jobs: QuerySet[Job] | Iterable[Job | int] | None = None,
+    *,
+    alias: str | None = None,
+    attempts: int | None = None,
+) -> OperationResult:
+    """Move failed jobs (the dead-letter queue) back to ready with a fresh attempt budget.
+
+    ``jobs`` is a queryset (a filter), job ids or jobs; None means every failed job. The error
+    history is kept and the attempt number keeps counting up; the budget is ``attempts`` more
+    attempts, or the task's ``max_attempts``.
+
+    >>> redrive(Job.objects.filter(task_name="billing.tasks.charge"))
+    """
+    if attempts is not None and (isinstance(attempts, bool) or attempts < 1):
+        raise ValueError(f"attempts must be a positive integer, got {attempts!r}")
+    (target,) = transition(Status.FAILED, Status.READY)
+    selection = _select(jobs, alias).filter(status=Status.FAILED)
+    tasks = registered_tasks()
+    total = 0
+    for task_name in set(selection.values_list("task_name", flat=True)):
+        task = tasks.get(task_name)
+        budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
+        total += selection.filter(task_name=task_name).update(
+            status=target,
+            max_attempts=F("attempt") + budget,
+            run_after=Now(),
+            finished_at=None,
+            cancel_requested_at=None,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    return OperationResult(
+        action="redriven" if total else "unchanged",
+        count=total,
+        message=f"{total} failed job(s) moved back to ready",
+    )
+
+
+def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
+    """Run a job again as soon as possible.
+
+    A failed job is redriven (fresh attempt budget); a ready job waiting for its retry delay or
+    schedule becomes due now. Other statuses are left alone.
+    """
+    job_id = job.pk if isinstance(job, Job) else job
+    redriven = redrive([job_id], alias=alias)
+    if redriven:
+        return OperationResult(action="retried", count=1, message=f"job {job_id} redriven")
+    if (
+        _jobs(alias)
+        .filter(pk=job_id, status=Status.READY, run_after__gt=Now())
+        .update(run_after=Now())
+    ):
+        return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
+    status = _jobs(alias).filter(pk=job_id).values_list("status", flat=True).first()
+    if status is None:
+        raise Job.DoesNotExist(f"there is no job {job_id}")
+    return OperationResult(
+        action="unchanged", count=0, message=f"job {job_id} is {status}; nothing to retry"
+    )
+
+
+def _select(jobs: QuerySet[Job] | Iterable[Job | int] | None, alias: str | None) -> QuerySet[Job]:
+    if jobs is None:
+        return _jobs(alias)
+    if isinstance(jobs, QuerySet):
+        return jobs.using(alias) if alias else jobs
+    ids = [j.pk if isinstance(j, Job) else j for j in jobs]
+    return _jobs(alias).filter(pk__in=ids)

@@ -1,0 +1,64 @@
+"""JSON validation of job arguments and results: JSON only, never pickle, and bounded in size."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .exceptions import PayloadNotJSON, PayloadTooLarge
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
+    """Return (path, reason) of the first part of ``value`` that does not round-trip as JSON."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, _SCALARS):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return where, f"is {item!r}, which JSON cannot represent"
+            continue
+        if isinstance(item, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+            continue
+        if isinstance(item, dict):
+            for key, v in reversed(list(item.items())):
+                if not isinstance(key, str):
+                    return where, (
+                        f"has the key {key!r} of type {type(key).__name__}; JSON object keys "
+                        f"are strings (convert the key with str())"
+                    )
+                stack.append((v, f"{where}[{key!r}]"))
+            continue
+        hint = " (pass value.isoformat())" if hasattr(item, "isoformat") else ""
+        return where, f"is a {type(item).__module__}.{type(item).__qualname__}, not JSON{hint}"
+    return None
+
+
+def encode(value: Any, path: str, owner: str) -> str:
+    """JSON-encode ``value`` or raise ``PayloadNotJSON`` naming the offending path."""
+    problem = find_non_json(value, path)
+    if problem is not None:
+        where, reason = problem
+        raise PayloadNotJSON(
+            f"{owner}: {where} {reason}. Job arguments and results are stored as JSON only."
+        )
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def check_size(encoded_size: int, limit: int, what: str, setting: str) -> None:
+    if encoded_size > limit:
+        raise PayloadTooLarge(
+            f"{what} {_size(encoded_size)}; the limit is {_size(limit)} "
+            f"(WORKQUEUE[{setting!r}]). Store large data elsewhere and pass a reference."
+        )
+
+
+def _size(n: int) -> str:
+    if n >= 1024:
+        return f"{n / 1024:,.1f} KiB ({n:,} bytes)"
+    return f"{n:,} bytes"

@@ -1,0 +1,194 @@
+"""``@task``: turns a function into a task that can be enqueued, and the registry of tasks by name.
+
+A task's name is its registry key and what is stored in ``Job.task_name``; by default it is the
+function's dotted path, so moving a function renames its task (pass ``name=`` to pin it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import InvalidOption, TaskNotRegistered
+
+if TYPE_CHECKING:
+    from .models import Job
+
+Backoff = float | Callable[[int], float] | None
+FailureClassifier = Callable[[BaseException], str | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """Per-enqueue overrides given to ``Task.using()``; ``None`` means the task's default."""
+
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    deadline: datetime | timedelta | float | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+    lease_seconds: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSpec:
+    name: str
+    func: Callable[..., Any]
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_seconds: int
+    timeout: float | None
+    backoff: Backoff
+    atomic: bool
+    on_failure: FailureClassifier | None
+    takes_context: bool
+    is_async: bool
+
+
+_registry: dict[str, Task] = {}
+
+
+class Task:
+    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker."""
+
+    def __init__(self, spec: TaskSpec, options: EnqueueOptions | None = None) -> None:
+        self.spec = spec
+        self.options = options or EnqueueOptions()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.spec.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.spec.name}>"
+
+    def using(self, **options: Any) -> Task:
+        """Return this task with per-enqueue overrides.
+
+        >>> add.using(delay=30, priority=5, queue="x", unique_key="k").enqueue(1, 2)
+        """
+        fields = {f.name for f in dataclasses.fields(EnqueueOptions)}
+        unknown = sorted(set(options) - fields)
+        if unknown:
+            raise InvalidOption(
+                f"{self.spec.name}.using() got unknown option(s) {', '.join(unknown)}; "
+                f"the options are {', '.join(sorted(fields))}"
+            )
+        return Task(self.spec, dataclasses.replace(self.options, **options))
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """Store a job that runs this task with these arguments; it joins the open transaction.
+
+        >>> job = add.enqueue(1, 2)
+        """
+        from .enqueue import enqueue_one
+
+        return enqueue_one(self, args, kwargs)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+        """Store many jobs of this task with one multi-row INSERT.
+
+        >>> add.enqueue_many([((1, 2), {}), ((3, 4), {})])
+        """
+        from .enqueue import enqueue_many
+
+        return enqueue_many(self, calls)
+
+
+def task(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    lease_seconds: int | None = None,
+    timeout: float | None = None,
+    backoff: Backoff = None,
+    atomic: bool = False,
+    on_failure: FailureClassifier | None = None,
+) -> Any:
+    """Register a function as a task.
+
+    >>> @task(queue="default", max_attempts=5)
+    ... def send_receipt(order_id): ...
+    >>> send_receipt.enqueue(42)
+
+    ``backoff`` is a base delay in seconds for exponential backoff, or a function of the attempt
+    number returning the delay. ``atomic=True`` runs the body inside the transaction that records
+    the job as succeeded. ``on_failure(exc)`` may return ``"discard"`` to fail at once or
+    ``"retry"`` to retry (the default for any exception).
+    """
+
+    def register(fn: Callable[..., Any]) -> Task:
+        from .conf import workqueue_settings as conf
+
+        params = list(inspect.signature(fn).parameters)
+        spec = TaskSpec(
+            name=name or f"{fn.__module__}.{fn.__qualname__}",
+            func=fn,
+            queue=queue or conf.DEFAULT_QUEUE,
+            priority=conf.DEFAULT_PRIORITY if priority is None else priority,
+            max_attempts=conf.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+            lease_seconds=conf.DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
+            timeout=timeout,
+            backoff=backoff,
+            atomic=atomic,
+            on_failure=on_failure,
+            takes_context=bool(params) and params[0] == "context",
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+        _validate_spec(spec)
+        existing = _registry.get(spec.name)
+        if existing is not None and existing.spec.func is not fn:
+            existing_qualname = getattr(existing.spec.func, "__qualname__", "?")
+            if (
+                existing.spec.func.__module__ != fn.__module__
+                or existing_qualname != fn.__qualname__
+            ):
+                raise InvalidOption(
+                    f"task name {spec.name!r} is already registered by another function; "
+                    f"pass name= to @task to tell them apart"
+                )
+        wrapped = Task(spec)
+        _registry[spec.name] = wrapped
+        return wrapped
+
+    return register(func) if func is not None else register
+
+
+def _validate_spec(spec: TaskSpec) -> None:
+    if spec.atomic and spec.is_async:
+        raise InvalidOption(
+            f"task {spec.name}: atomic=True needs a sync function (the body runs inside a "
+            f"database transaction); make it a plain def"
+        )
+    if spec.max_attempts < 1:
+        raise InvalidOption(f"task {spec.name}: max_attempts must be at least 1")
+    if spec.lease_seconds < 1:
+        raise InvalidOption(f"task {spec.name}: lease_seconds must be at least 1")
+    if spec.timeout is not None and spec.timeout <= 0:
+        raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
+
+
+def get_task(name: str) -> Task:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise TaskNotRegistered(
+            f"no task is registered as {name!r}; is the module that defines it imported "
+            f"(an installed app's tasks.py, or WORKQUEUE['TASK_MODULES'])?"
+        ) from None
+
+
+def registered_tasks() -> dict[str, Task]:
+    return dict(_registry)

@@ -1,0 +1,210 @@
+"""Running one job: a linear pipeline — resolve the task, call it, classify the outcome, record it.
+
+The outcome is recorded with one fenced UPDATE. For ``atomic=True`` tasks the body and that
+UPDATE share one transaction, so the body's writes commit if and only if this worker, still the
+lease owner, records the job as succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import traceback
+from collections.abc import Coroutine
+from typing import Any
+
+from django.db import connections, transaction
+
+from .. import payload, retry
+from ..conf import workqueue_settings as conf
+from ..context import JobContext
+from ..db import ClaimedJob, Driver, Outcome, OutcomeKind
+from ..exceptions import (
+    DeadlineExceeded,
+    Discard,
+    JobCancelled,
+    JobTimeout,
+    PayloadNotJSON,
+    PayloadTooLarge,
+    ResultNotJSON,
+    Retry,
+    Snooze,
+    TaskNotRegistered,
+)
+from ..registry import Task, get_task
+
+logger = logging.getLogger("django_workqueue.worker")
+
+_TRACEBACK_LIMIT = 20_000
+
+
+class _LostLease(Exception):
+    pass
+
+
+def execute(
+    job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
+) -> Outcome | None:
+    """Run ``job`` and record its outcome; return the outcome if it was recorded."""
+    try:
+        task = get_task(job.task_name)
+    except TaskNotRegistered as exc:
+        return _record(driver, context, _failure(job, None, exc))
+    if job.deadline is not None and job.claimed_at > job.deadline:
+        exc = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
+        return _record(driver, context, _outcome(job, OutcomeKind.DISCARD, error=_error(exc)))
+
+    args = [context, *job.args] if task.spec.takes_context else list(job.args)
+    try:
+        if task.spec.atomic:
+            return _run_atomic(task, job, context, driver, args)
+        if task.spec.is_async:
+            if loop is None:
+                raise RuntimeError("no event loop for async tasks")  # runner always passes one
+            value = loop.run(task.spec.func(*args, **job.kwargs), context, task.spec.timeout)
+        else:
+            value = task.spec.func(*args, **job.kwargs)
+        outcome = _success(job, value)
+    except _LostLease:
+        logger.warning(
+            "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
+        )
+        return None
+    except BaseException as exc:
+        outcome = _classify(task, job, context, exc)
+    return _record(driver, context, outcome)
+
+
+def _run_atomic(
+    task: Task, job: ClaimedJob, context: JobContext, driver: Driver, args: list[Any]
+) -> Outcome:
+    with transaction.atomic(using=driver.alias):
+        value = task.spec.func(*args, **job.kwargs)
+        outcome = _success(job, value)
+        if not driver.record(context.owner, outcome):
+            raise _LostLease
+    return outcome
+
+
+def _success(job: ClaimedJob, value: Any) -> Outcome:
+    try:
+        encoded = payload.encode(value, "result", f"{job.task_name} returned a value that")
+        payload.check_size(
+            len(encoded.encode()), conf.MAX_RESULT_BYTES,
+            f"the result of {job.task_name} is", "MAX_RESULT_BYTES",
+        )  # fmt: skip
+    except (PayloadNotJSON, PayloadTooLarge) as exc:
+        raise ResultNotJSON(str(exc)) from None
+    return _outcome(job, OutcomeKind.SUCCEEDED, result_json=encoded)
+
+
+def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
+    if isinstance(exc, Retry):
+        delay = retry.delay_for(task.spec.backoff, job.attempt) if exc.delay is None else exc.delay
+        return _outcome(job, OutcomeKind.RETRY, error=_error(exc), delay=delay)
+    if isinstance(exc, Snooze):
+        return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay)
+    if isinstance(exc, Discard | ResultNotJSON):
+        return _outcome(job, OutcomeKind.DISCARD, error=_error(exc))
+    if context.timed_out and isinstance(exc, JobCancelled | TimeoutError):
+        exc = JobTimeout(f"{job.task_name} ran past its timeout of {task.spec.timeout}s")
+    elif context.cancel_requested and isinstance(exc, JobCancelled | asyncio.CancelledError):
+        return _outcome(job, OutcomeKind.CANCELLED, error=_error(JobCancelled("cancelled")))
+    if task.spec.on_failure is not None:
+        try:
+            verdict = task.spec.on_failure(exc)
+        except Exception:
+            logger.exception("on_failure of %s raised; retrying as usual", job.task_name)
+            verdict = None
+        if verdict == "discard":
+            return _outcome(job, OutcomeKind.DISCARD, error=_error(exc))
+    return _failure(job, task, exc)
+
+
+def _failure(job: ClaimedJob, task: Task | None, exc: BaseException) -> Outcome:
+    delay = retry.delay_for(task.spec.backoff if task else None, job.attempt)
+    return _outcome(job, OutcomeKind.RETRY, error=_error(exc), delay=delay)
+
+
+def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
+    return Outcome(
+        job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts, **fields
+    )
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    kind = type(exc)
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(exc)[:2000],
+        "traceback": "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:],
+    }
+
+
+def _record(driver: Driver, context: JobContext, outcome: Outcome) -> Outcome | None:
+    if driver.record(context.owner, outcome):
+        return outcome
+    logger.warning(
+        "job %s attempt %s: this worker no longer holds the lease; its %s outcome was not "
+        "written (the job was reaped, released or cancelled meanwhile)",
+        outcome.job_id, outcome.attempt, outcome.kind,
+    )  # fmt: skip
+    return None
+
+
+def tidy_connections() -> None:
+    """Treat each job like a request: drop broken connections and roll back leftovers.
+
+    Unlike a web request, a worker keeps its healthy connections between jobs even with
+    ``CONN_MAX_AGE = 0`` (one per slot thread, the budget of concurrency + a few); a positive
+    ``CONN_MAX_AGE`` still caps their age.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block:  # a task leaked an open transaction out of its body
+            conn.close()
+        elif conn.settings_dict["CONN_MAX_AGE"] == 0:
+            if conn.errors_occurred and not conn.is_usable():
+                conn.close()
+            conn.errors_occurred = False
+        else:
+            conn.close_if_unusable_or_obsolete()
+
+
+class AsyncLoop:
+    """The worker's event loop, on its own thread; async tasks run on it one per slot."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="workqueue-asyncio", daemon=True
+        )
+        self.thread.start()
+
+    def run(
+        self, coro: Coroutine[Any, Any, Any], context: JobContext, timeout: float | None
+    ) -> Any:
+        async def guarded() -> Any:
+            try:
+                async with asyncio.timeout(timeout) as scope:
+                    return await coro
+            except TimeoutError:
+                if scope.expired():  # our timeout, not a TimeoutError of the task's own
+                    raise JobTimeout(f"the task ran past its timeout of {timeout}s") from None
+                raise
+
+        future = asyncio.run_coroutine_threadsafe(guarded(), self.loop)
+        while True:
+            try:
+                return future.result(timeout=0.05)
+            except concurrent.futures.TimeoutError:
+                if context.cancelled.is_set() and not future.done():
+                    future.cancel()
+            except concurrent.futures.CancelledError:
+                raise JobCancelled(context._why()) from None
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,295 @@
+"""The worker: a control loop that claims into N slots, renews leases and runs maintenance.
+
+One control thread does the claiming, the heartbeat and the reaper on one connection; N slot
+threads run jobs, one connection each; PostgreSQL adds one LISTEN connection. That is the
+connection budget: concurrency + 2.
+
+The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
+in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval,
+so polling always backs up the wake-ups.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+from django.db import connections
+from django.db.models.functions import Now
+
+from ..conf import workqueue_settings as conf
+from ..context import JobContext
+from ..db import ClaimedJob, Outcome, OutcomeKind, driver_for
+from ..maintenance import reaper
+from ..models import WorkerProcess
+from . import wakeup
+from .execution import AsyncLoop, execute, tidy_connections
+from .lease import LeaseKeeper, RunningJob
+
+logger = logging.getLogger("django_workqueue.worker")
+
+_MAX_ERROR_BACKOFF = 5.0
+
+
+class Worker:
+    """Runs jobs from ``queues`` with ``concurrency`` slots until stopped.
+
+    >>> Worker(queues=["default"], concurrency=4, burst=True).run()
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        worker_id: str | None = None,
+        grace_seconds: float | None = None,
+    ) -> None:
+        self.queues = list(queues or conf.QUEUES)
+        self.concurrency = concurrency
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = float(poll_interval or conf.POLL_INTERVAL)
+        self.id = worker_id or str(uuid.uuid4())
+        self.grace_seconds = float(
+            conf.SHUTDOWN_GRACE_SECONDS if grace_seconds is None else grace_seconds
+        )
+        self.alias = conf.DATABASE
+        self.driver = driver_for(self.alias)
+        self.leases = LeaseKeeper(self.driver, self.id)
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.started = threading.Event()
+        self.claimed_count = 0
+        self.finished_count = 0
+        self._running: dict[int, RunningJob] = {}
+        self._lock = threading.Lock()
+        self._inbox: queue_module.SimpleQueue[ClaimedJob | None] = queue_module.SimpleQueue()
+        self._slots: list[threading.Thread] = []
+        self._loop: AsyncLoop | None = None
+        self._listener: object | None = None
+        self._next_reap = 0.0
+        self._error_backoff = 0.0
+        self._drained = False
+
+    # --- public ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``/``max_jobs``, until done); return an exit code."""
+        self._start()
+        try:
+            while not self.stopping.is_set():
+                self.wake.clear()
+                claimed = self._tick()
+                if self._finished_work(claimed):
+                    break
+                free = self.concurrency - self.running_count
+                if claimed and free > 0 and not self._error_backoff:
+                    continue  # a full batch came back: more may be waiting
+                self.wake.wait(self._sleep_for())
+        finally:
+            self._shutdown()
+        return 0
+
+    def stop(self) -> None:
+        """Stop claiming, let running jobs finish within the grace period, then return."""
+        self.stopping.set()
+        self.wake.set()
+
+    @property
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    # --- control loop ---------------------------------------------------------------------
+
+    def _start(self) -> None:
+        WorkerProcess.objects.using(self.alias).update_or_create(
+            id=self.id,
+            defaults={
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": self.queues,
+                "concurrency": self.concurrency,
+            },
+        )
+        for n in range(self.concurrency):
+            slot = threading.Thread(target=self._slot, name=f"workqueue-slot-{n}", daemon=True)
+            slot.start()
+            self._slots.append(slot)
+        wakeup.register(self.wake, self.queues)
+        if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
+            self._listener = self.driver.listener(self._on_notify)
+        self._next_reap = time.monotonic() + random.uniform(0, float(conf.REAPER_INTERVAL))
+        logger.info(
+            "worker %s started: queues=%s concurrency=%s", self.id, self.queues, self.concurrency
+        )
+        self.started.set()
+
+    def _tick(self) -> int:
+        """One pass: claim into free slots, renew leases and reap when due. Returns # claimed."""
+        claimed = 0
+        try:
+            claimed = self._fill()
+            now = time.monotonic()
+            with self._lock:
+                running = dict(self._running)
+            self._check_timeouts(running, now)
+            if self.leases.due(now):
+                self.leases.renew(running)
+                WorkerProcess.objects.using(self.alias).filter(id=self.id).update(
+                    last_seen_at=Now()
+                )
+            if now >= self._next_reap:
+                self._next_reap = now + float(conf.REAPER_INTERVAL) * random.uniform(0.8, 1.2)
+                reaper.run_once(alias=self.alias)
+            self._error_backoff = 0.0
+        except Exception as exc:
+            self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
+            logger.warning(
+                "worker %s: database error (%s: %s); retrying in %.1fs",
+                self.id, type(exc).__name__, exc, self._error_backoff,
+            )  # fmt: skip
+            connections[self.alias].close()
+        return claimed
+
+    def _fill(self) -> int:
+        running_before = self.running_count
+        free = self.concurrency - running_before
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.claimed_count)
+        self._drained = False
+        if free <= 0:
+            return 0
+        jobs = self.driver.claim(self.queues, free, self.id)
+        # Nothing ready and nothing running that could still put a job back: burst is done.
+        self._drained = not jobs and running_before == 0
+        now = time.monotonic()
+        for job in jobs:
+            context = JobContext(job, owner=self.id, driver=self.driver)
+            with self._lock:
+                self._running[job.id] = RunningJob(context, started=now)
+            self._inbox.put(job)
+        if jobs:
+            self.claimed_count += len(jobs)
+            with self._lock:
+                self.leases.schedule(self._running, now)
+        return len(jobs)
+
+    def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
+        from ..registry import registered_tasks
+
+        tasks = registered_tasks()
+        for item in running.values():
+            task = tasks.get(item.context.job.task_name)
+            timeout = task.spec.timeout if task else None
+            if timeout and now - item.started > timeout and not item.context.timed_out:
+                item.context.timed_out = True
+                item.context.cancelled.set()
+
+    def _finished_work(self, claimed: int) -> bool:
+        if self.max_jobs is not None and self.claimed_count >= self.max_jobs:
+            return self.running_count == 0
+        return self.burst and self._drained and not self._error_backoff
+
+    def _sleep_for(self) -> float:
+        if self._error_backoff:
+            return self._error_backoff
+        until_renewal = self.leases.next_renewal - time.monotonic()
+        return max(0.0, min(self.poll_interval, until_renewal))
+
+    def _on_notify(self, queue: str | None) -> None:
+        if queue is None or queue in self.queues:
+            self.wake.set()
+
+    # --- slots ----------------------------------------------------------------------------
+
+    def _slot(self) -> None:
+        while True:
+            job = self._inbox.get()
+            if job is None:
+                connections.close_all()  # this thread's connections end with it
+                return
+            with self._lock:
+                item = self._running[job.id]
+            try:
+                tidy_connections()
+                if job.task_name and self._needs_loop(job):
+                    self._ensure_loop()
+                execute(job, item.context, self.driver, self._loop)
+            except Exception:
+                logger.exception("job %s: could not record its outcome", job.id)
+            finally:
+                item.context.finished = True
+                with self._lock:
+                    self._running.pop(job.id, None)
+                    self.finished_count += 1
+                tidy_connections()
+                self.wake.set()
+
+    def _needs_loop(self, job: ClaimedJob) -> bool:
+        from ..registry import registered_tasks
+
+        task = registered_tasks().get(job.task_name)
+        return task is not None and task.spec.is_async
+
+    def _ensure_loop(self) -> None:
+        with self._lock:
+            if self._loop is None:
+                self._loop = AsyncLoop()
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.grace_seconds
+        while self.running_count and time.monotonic() < deadline:
+            self.wake.clear()
+            with self._lock:
+                running = dict(self._running)
+            try:
+                if self.leases.due(time.monotonic()):
+                    self.leases.renew(running)
+            except Exception as exc:
+                logger.warning("worker %s: lease renewal failed during shutdown: %s", self.id, exc)
+            self.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        self._release_remaining()
+        for _ in self._slots:
+            self._inbox.put(None)
+        wakeup.unregister(self.wake)
+        if self._listener is not None:
+            self._listener.stop()  # type: ignore[attr-defined]
+        if self._loop is not None:
+            self._loop.close()
+        try:
+            WorkerProcess.objects.using(self.alias).filter(id=self.id).delete()
+        except Exception as exc:
+            logger.warning("worker %s: could not remove its registry row: %s", self.id, exc)
+        connections[self.alias].close()
+        logger.info("worker %s stopped after %s jobs", self.id, self.finished_count)
+
+    def _release_remaining(self) -> None:
+        """Past the grace period: give unfinished jobs back to ready, uncharged."""
+        with self._lock:
+            running = dict(self._running)
+        for job_id, item in running.items():
+            item.context.cancelled.set()
+            job = item.context.job
+            outcome = Outcome(
+                job_id=job_id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
+                max_attempts=job.max_attempts,
+            )  # fmt: skip
+            try:
+                if self.driver.record(self.id, outcome):
+                    logger.info("job %s released back to ready at shutdown", job_id)
+            except Exception as exc:
+                logger.warning("job %s: release failed (%s); its lease will expire", job_id, exc)

@@ -1,0 +1,90 @@
+"""Settings of the test project and the demo. The database comes from DATABASE_URL.
+
+DATABASE_URL=sqlite:///demo.sqlite3             (default)
+DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+
+SECRET_KEY = env("SECRET_KEY", default="testproject-not-secret")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "testproject.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_workqueue",
+    "testproject.testapp",
+    "testproject.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'demo.sqlite3'}")}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": (
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000"
+        ),
+    }
+    # Workers in threads and subprocesses must see the test database: a file, not :memory:.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env("TEST_SQLITE_NAME", default=str(BASE_DIR / "test_db.sqlite3"))
+    }
+else:
+    DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
+
+WORKQUEUE = {
+    "QUEUES": ["default", "mail", "reports", "low"],
+    "POLL_INTERVAL": env.float("WORKQUEUE_POLL_INTERVAL", default=0.5),
+    "REAPER_INTERVAL": env.float("WORKQUEUE_REAPER_INTERVAL", default=1.0),
+    "SHUTDOWN_GRACE_SECONDS": env.float("WORKQUEUE_GRACE", default=10.0),
+    "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django_workqueue": {
+            "handlers": ["console"],
+            "level": env("WORKQUEUE_LOG_LEVEL", default="WARNING"),
+        },
+    },
+}

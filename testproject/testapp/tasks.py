@@ -1,0 +1,151 @@
+"""Tasks used by the test suite (integration and acceptance)."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from django_workqueue import Discard, Retry, Snooze, task
+
+from .models import Effect, LedgerEntry
+
+
+def _ledger(context, note=""):
+    LedgerEntry.objects.create(
+        job_id=context.job_id, attempt=context.attempt, pid=os.getpid(), note=note
+    )
+
+
+@task
+def add(a, b):
+    return a + b
+
+
+@task(queue="mail", priority=5)
+def send_mail(to, subject=""):
+    return {"to": to, "subject": subject}
+
+
+@task(max_attempts=5, backoff=0)
+def record(context, note=""):
+    _ledger(context, note)
+    return context.attempt
+
+
+@task(max_attempts=3, backoff=0)
+def always_fails(context):
+    _ledger(context)
+    raise ValueError(f"boom on attempt {context.attempt}")
+
+
+@task(max_attempts=4, backoff=0)
+def flaky(context, succeed_on=3):
+    _ledger(context)
+    if context.attempt < succeed_on:
+        raise ConnectionError(f"flaky failure on attempt {context.attempt}")
+    return f"succeeded on attempt {context.attempt}"
+
+
+@task(max_attempts=3)
+def retry_later(context, delay):
+    if context.attempt == 1:
+        raise Retry(delay=delay, reason="try again later")
+    return context.attempt
+
+
+@task(max_attempts=1)
+def snooze_once(context, delay=0):
+    _ledger(context)
+    if context.attempt == 1:
+        raise Snooze(delay=delay)
+    return context.attempt
+
+
+@task(max_attempts=5)
+def discard_me(context):
+    _ledger(context)
+    raise Discard("the account was deleted")
+
+
+@task(max_attempts=5, on_failure=lambda exc: "discard" if isinstance(exc, KeyError) else None)
+def classified(context, key_error=True):
+    _ledger(context)
+    raise KeyError("missing") if key_error else OSError("transient")
+
+
+@task(max_attempts=3, lease_seconds=2)
+def wait_for_cancel(context, limit=30.0):
+    """Runs until cancelled (or ``limit`` seconds); records each attempt."""
+    _ledger(context, "started")
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        context.raise_if_cancelled()
+        time.sleep(0.02)
+    return "finished without cancellation"
+
+
+@task(max_attempts=3, lease_seconds=2)
+def sleep_for(context, seconds, marker=None):
+    """Sleeps ``seconds`` without looking at cancellation, then records success."""
+    _ledger(context, "started")
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    _ledger(context, "finished")
+    return seconds
+
+
+@task(max_attempts=3, timeout=0.3)
+def times_out(context):
+    _ledger(context)
+    while True:
+        context.raise_if_cancelled()
+        time.sleep(0.01)
+
+
+@task(atomic=True, max_attempts=3, lease_seconds=2)
+def atomic_effect(context, value="", fail=False, sleep=0.0, marker=None):
+    """Writes an Effect inside the completion transaction."""
+    Effect.objects.create(job_id=context.job_id, attempt=context.attempt, value=value)
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    if sleep:
+        time.sleep(sleep)
+    if fail:
+        raise RuntimeError("rolled back")
+    return value
+
+
+@task(max_attempts=3, lease_seconds=1)
+def crash(context):
+    """Kills its own worker process every time: a poison pill."""
+    _ledger(context)
+    os._exit(17)
+
+
+@task
+def progress(context, steps):
+    for n in range(1, steps + 1):
+        context.set_progress(n, steps, f"step {n}")
+    return steps
+
+
+@task
+async def async_add(a, b):
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+@task(timeout=0.2, max_attempts=1)
+async def async_too_slow():
+    await asyncio.sleep(10)
+
+
+@task
+def returns_object():
+    return object()
+
+
+@task
+def ledger_noop(context):
+    _ledger(context)

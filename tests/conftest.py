@@ -1,0 +1,66 @@
+"""Shared fixtures. The database comes from DATABASE_URL (SQLite file by default).
+
+Tests that run a worker use real committed data (``transaction=True``): the worker's slot
+threads and subprocesses have their own connections and cannot see a test's open transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_workqueue.worker.runner import Worker
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if connection.vendor == "postgresql":
+        return
+    skip = pytest.mark.skip(reason="PostgreSQL only by design (set DATABASE_URL to a postgres://)")
+    for item in items:
+        if item.get_closest_marker("postgres_only"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def vendor() -> str:
+    return connection.vendor
+
+
+@pytest.fixture
+def drain() -> Callable[..., Worker]:
+    """Run a burst worker in this thread until no job is ready or running."""
+
+    def run(**options: Any) -> Worker:
+        options.setdefault("concurrency", 2)
+        options.setdefault("poll_interval", 0.05)
+        worker = Worker(burst=True, **options)
+        worker.run()
+        return worker
+
+    return run
+
+
+@pytest.fixture
+def background_worker() -> Iterator[Callable[..., Worker]]:
+    """Start workers on threads; each is stopped (gracefully) when the test ends."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(**options: Any) -> Worker:
+        options.setdefault("concurrency", 2)
+        options.setdefault("poll_interval", 0.05)
+        worker = Worker(**options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        assert worker.started.wait(10), "worker did not start"
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, thread in started:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"
