@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from .db import ClaimedJob, Driver
 
 
+_event_lock = threading.Lock()
+
+
 class JobContext:
     """The running job, its attempt, progress reporting and cooperative cancellation.
 
@@ -27,13 +30,22 @@ class JobContext:
         self.job = job
         self.owner = owner
         self._driver = driver
-        self.cancelled = threading.Event()
-        """Set when cancellation was requested, the timeout passed, the lease was lost or the
-        worker is shutting down past its grace period."""
+        self._cancelled: threading.Event | None = None
         self.cancel_requested = False
         self.lease_lost = False
         self.timed_out = False
         self.finished = False
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when cancellation was requested, the timeout passed, the lease was lost or the
+        worker is shutting down past its grace period."""
+        # Made on first use: most jobs never look at it, and an Event is not free per job.
+        if self._cancelled is None:
+            with _event_lock:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+        return self._cancelled
 
     @property
     def attempt(self) -> int:

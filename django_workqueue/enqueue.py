@@ -111,6 +111,9 @@ def build_job(
         lease_seconds=lease_seconds,
         unique_key=options.unique_key,
     )
+    # True only on the existing job returned for an active unique_key; always present, so
+    # callers can test ``job.duplicate`` without getattr.
+    job.duplicate = False  # type: ignore[attr-defined]
     if options.run_at is not None and options.delay is not None:
         raise InvalidOption(f"{owner}: give delay or run_at, not both")
     if options.run_at is not None:
@@ -151,6 +154,15 @@ def _insert_one(job: Job, alias: str) -> Job:
 def _insert_many(jobs: list[Job], alias: str) -> list[Job]:
     created = Job.objects.using(alias).bulk_create(jobs)
     _announce(alias, {job.queue for job in created})
+    if any(isinstance(job.deadline, CombinedExpression) for job in created):
+        # computed by the database at insert, and not returned by bulk_create
+        deadlines = dict(
+            Job.objects.using(alias)
+            .filter(pk__in=[job.pk for job in created])
+            .values_list("pk", "deadline")
+        )
+        for job in created:
+            job.deadline = deadlines[job.pk]
     return created
 
 

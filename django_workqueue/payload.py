@@ -9,19 +9,31 @@ from typing import Any
 from .exceptions import PayloadNotJSON, PayloadTooLarge
 
 _SCALARS = (str, int, bool, type(None))
+_LEAVE = object()  # marks, on the stack, the end of a container's items
 
 
 def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
     """Return (path, reason) of the first part of ``value`` that does not round-trip as JSON."""
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[Any, Any]] = [(value, path)]
+    # Ids of the containers on the path being walked: meeting one again is a cycle, which would
+    # otherwise loop forever. A container shared by two branches is not a cycle.
+    enclosing: set[int] = set()
     while stack:
         item, where = stack.pop()
+        if item is _LEAVE:
+            enclosing.discard(where)
+            continue
         if isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
                 return where, f"is {item!r}, which JSON cannot represent"
             continue
+        if isinstance(item, list | tuple | dict):
+            if id(item) in enclosing:
+                return where, "refers back to a list or dict containing it (a circular reference)"
+            enclosing.add(id(item))
+            stack.append((_LEAVE, id(item)))
         if isinstance(item, list | tuple):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
             continue

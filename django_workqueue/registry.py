@@ -190,5 +190,10 @@ def get_task(name: str) -> Task:
         ) from None
 
 
+def find_task(name: str) -> Task | None:
+    """The task registered as ``name``, or None."""
+    return _registry.get(name)
+
+
 def registered_tasks() -> dict[str, Task]:
     return dict(_registry)

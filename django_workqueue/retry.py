@@ -23,7 +23,8 @@ def exponential(
     >>> exponential(3, base=2, cap=3600, jitter=0)
     8.0
     """
-    delay = min(cap, base * 2 ** max(attempt - 1, 0))
+    # 2.0 ** 1024 overflows a float; the cap is reached long before, so clamp the exponent.
+    delay = min(cap, base * 2.0 ** min(max(attempt - 1, 0), 1023))
     return max(0.0, delay * (1 + jitter * (2 * rand() - 1)))
 
 

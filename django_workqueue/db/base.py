@@ -43,8 +43,8 @@ class ClaimedJob:
     max_attempts: int
     lease_seconds: int
     deadline: datetime | None
-    claimed_at: datetime
-    """The database's clock when the job was claimed."""
+    deadline_passed: bool
+    """Whether the deadline had passed by the database's clock when the job was claimed."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,23 +74,28 @@ class Outcome:
     def charges_attempt(self) -> bool:
         return self.kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE)
 
-    def params(self, owner: str) -> dict[str, Any]:
+    def row(self) -> dict[str, Any]:
+        """This outcome as one row of the batch that ``Driver.record_many`` writes."""
         (status,) = transition(Status.RUNNING, self.status)
-        error = self.error or {}
-        return {
+        row: dict[str, Any] = {
             "id": self.job_id,
-            "owner": owner,
             "attempt": self.attempt,
             "status": status.value,
             "succeeded": self.kind == OutcomeKind.SUCCEEDED,
-            "result": self.result_json,
-            "has_error": self.error is not None,
-            "etype": error.get("type", ""),
-            "emessage": error.get("message", ""),
-            "etraceback": error.get("traceback"),
-            "delay": float(self.delay),
-            "extra_attempts": 0 if self.charges_attempt else 1,
         }
+        # Keys left out arrive as NULL: a success carries only its result, keeping batches small.
+        if self.result_json is not None:
+            row["result"] = self.result_json
+        if self.error is not None:
+            row["has_error"] = True
+            row["etype"] = self.error.get("type", "")
+            row["emessage"] = self.error.get("message", "")
+            row["etraceback"] = self.error.get("traceback")
+        if status == Status.READY:
+            row["delay"] = float(self.delay)
+        if not self.charges_attempt:
+            row["extra_attempts"] = 1
+        return row
 
 
 class Driver:
@@ -120,7 +125,19 @@ class Driver:
 
     def record(self, owner: str, outcome: Outcome) -> bool:
         """Write one outcome if ``owner`` still holds the job's lease for that attempt."""
+        return outcome.job_id in self.record_many(owner, [outcome])
+
+    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+        """Write many outcomes in one statement, each fenced by (id, ``owner``, attempt).
+
+        Returns the ids whose outcome was written; the others' leases were lost meanwhile.
+        """
         raise NotImplementedError
+
+    @staticmethod
+    def batch(outcomes: Sequence[Outcome]) -> str:
+        """The outcomes as one JSON array parameter (the statement unpacks it into rows)."""
+        return json.dumps([outcome.row() for outcome in outcomes], separators=(",", ":"))
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str

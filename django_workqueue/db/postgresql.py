@@ -25,7 +25,7 @@ NOW = "COALESCE(%(now)s::timestamptz, now())"
 
 _RETURNING = (
     "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
-    "deadline, started_at"
+    "deadline"
 )
 
 
@@ -51,7 +51,8 @@ class PostgresDriver(Driver):
             f"lease_owner = %(owner)s, started_at = {NOW}, "
             f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
             f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
-            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}"
+            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
+            f"j.deadline < {NOW}"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         with self.connection.cursor() as cursor:
@@ -63,7 +64,7 @@ class PostgresDriver(Driver):
 
     def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
         (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
-         deadline, started_at) = row  # fmt: skip
+         deadline, deadline_passed) = row  # fmt: skip
         return ClaimedJob(
             id=id_,
             task_name=task_name,
@@ -75,7 +76,7 @@ class PostgresDriver(Driver):
             max_attempts=max_attempts,
             lease_seconds=lease_seconds,
             deadline=deadline,
-            claimed_at=started_at,
+            deadline_passed=deadline_passed,
         )
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
@@ -94,28 +95,33 @@ class PostgresDriver(Driver):
             cursor.execute(sql, [owner, ids, attempts])
             return dict(cursor.fetchall())
 
-    def record(self, owner: str, outcome: Outcome) -> bool:
+    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+        if not outcomes:
+            return set()
+        # All outcomes arrive as one jsonb parameter unpacked into rows, so one statement (one
+        # round trip) completes a whole batch while each row keeps its own fence.
+        cancelled = "(NOT v.succeeded AND j.cancel_requested_at IS NOT NULL)"
         sql = (
-            f"UPDATE {self.table} SET "
-            f"status = CASE WHEN NOT %(succeeded)s AND cancel_requested_at IS NOT NULL "
-            f"  THEN 'cancelled' ELSE %(status)s END, "
-            f"finished_at = CASE WHEN %(status)s <> 'ready' OR "
-            f"  (NOT %(succeeded)s AND cancel_requested_at IS NOT NULL) THEN now() END, "
-            f"result = CASE WHEN %(succeeded)s THEN %(result)s::jsonb ELSE result END, "
-            f"errors = CASE WHEN %(has_error)s THEN errors || jsonb_build_array(jsonb_build_object("
-            f"  'attempt', attempt, 'at', now(), 'type', %(etype)s::text, "
-            f"  'message', %(emessage)s::text, 'traceback', %(etraceback)s::text)) "
-            f"  ELSE errors END, "
-            f"run_after = CASE WHEN %(status)s = 'ready' "
-            f"  THEN now() + make_interval(secs => %(delay)s) ELSE run_after END, "
-            f"max_attempts = max_attempts + %(extra_attempts)s, "
+            f"UPDATE {self.table} AS j SET "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
+            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} THEN now() END, "
+            f"result = CASE WHEN v.succeeded THEN v.result::jsonb ELSE j.result END, "
+            f"errors = CASE WHEN v.has_error THEN j.errors || jsonb_build_array(jsonb_build_object("
+            f"  'attempt', j.attempt, 'at', now(), 'type', v.etype, 'message', v.emessage, "
+            f"  'traceback', v.etraceback)) ELSE j.errors END, "
+            f"run_after = CASE WHEN v.status = 'ready' "
+            f"  THEN now() + make_interval(secs => v.delay) ELSE j.run_after END, "
+            f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
             f"lease_owner = NULL, lease_expires_at = NULL "
-            f"WHERE id = %(id)s AND lease_owner = %(owner)s AND attempt = %(attempt)s "
-            f"AND status = 'running'"
+            f"FROM jsonb_to_recordset(%(batch)s::jsonb) AS v(id bigint, attempt integer, "
+            f"  status text, succeeded boolean, result text, has_error boolean, etype text, "
+            f"  emessage text, etraceback text, delay double precision, extra_attempts integer) "
+            f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
+            f"AND j.status = 'running' RETURNING j.id"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, outcome.params(owner))
-            return cursor.rowcount == 1
+            cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
+            return {row[0] for row in cursor.fetchall()}
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str

@@ -22,7 +22,7 @@ _ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
 
 _RETURNING = (
     "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
-    "deadline, started_at"
+    "deadline"
 )
 
 
@@ -44,7 +44,7 @@ class SQLiteDriver(Driver):
             f"WHERE id IN (SELECT id FROM {self.table} INDEXED BY wq_job_claim "
             f"WHERE status = 'ready' AND queue IN ({names}) AND run_after <= {NOW} "
             f"ORDER BY priority DESC, run_after, id LIMIT :limit) AND status = 'ready' "
-            f"RETURNING {_RETURNING}"
+            f"RETURNING {_RETURNING}, deadline < {NOW}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
@@ -57,7 +57,7 @@ class SQLiteDriver(Driver):
 
     def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
         (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
-         deadline, started_at) = row  # fmt: skip
+         deadline, deadline_passed) = row  # fmt: skip
         return ClaimedJob(
             id=id_,
             task_name=task_name,
@@ -69,7 +69,7 @@ class SQLiteDriver(Driver):
             max_attempts=max_attempts,
             lease_seconds=lease_seconds,
             deadline=_parse(deadline),
-            claimed_at=_parse(started_at) or datetime.now(UTC),
+            deadline_passed=bool(deadline_passed),
         )
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
@@ -81,7 +81,9 @@ class SQLiteDriver(Driver):
             f"strftime({_FORMAT}, 'now', '+' || lease_seconds || ' seconds') "
             f"WHERE status = 'running' AND lease_owner = :owner "
             f"AND (id, attempt) IN (VALUES {pairs}) "
-            f"RETURNING id, cancel_requested_at IS NOT NULL"
+            # The column itself, not `cancel_requested_at IS NOT NULL`: SQLite 3.40 folds that
+            # expression to true in a RETURNING clause, cancelling every renewed job.
+            f"RETURNING id, cancel_requested_at"
         )
         params: dict[str, Any] = {"owner": owner}
         for n, (job_id, attempt) in enumerate(leases):
@@ -89,32 +91,42 @@ class SQLiteDriver(Driver):
             params[f"a{n}"] = attempt
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return {job_id: bool(cancel) for job_id, cancel in cursor.fetchall()}
+            return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}
 
-    def record(self, owner: str, outcome: Outcome) -> bool:
+    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+        if not outcomes:
+            return set()
+        # All outcomes arrive as one JSON parameter unpacked by json_each, so one statement
+        # completes a whole batch while each row keeps its own fence.
+        fields = (
+            "id", "attempt", "status", "succeeded", "result", "has_error", "etype", "emessage",
+            "etraceback", "delay", "extra_attempts",
+        )  # fmt: skip
+        columns = ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
+        cancelled = f"(NOT v.succeeded AND {self.table}.cancel_requested_at IS NOT NULL)"
         sql = (
+            f"WITH v AS (SELECT {columns} FROM json_each(:batch)) "
             f"UPDATE {self.table} SET "
-            f"status = CASE WHEN NOT :succeeded AND cancel_requested_at IS NOT NULL "
-            f"  THEN 'cancelled' ELSE :status END, "
-            f"finished_at = CASE WHEN :status <> 'ready' OR "
-            f"  (NOT :succeeded AND cancel_requested_at IS NOT NULL) "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
+            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} "
             f"  THEN strftime({_FORMAT}, 'now') END, "
-            f"result = CASE WHEN :succeeded THEN :result ELSE result END, "
-            f"errors = CASE WHEN :has_error THEN json_insert(errors, '$[#]', json_object("
-            f"  'attempt', attempt, 'at', {_ISO_NOW}, 'type', :etype, "
-            f"  'message', :emessage, 'traceback', :etraceback)) ELSE errors END, "
-            f"run_after = CASE WHEN :status = 'ready' "
-            f"  THEN strftime({_FORMAT}, 'now', :delay_modifier) ELSE run_after END, "
-            f"max_attempts = max_attempts + :extra_attempts, "
+            f"result = CASE WHEN v.succeeded THEN v.result ELSE {self.table}.result END, "
+            f"errors = CASE WHEN v.has_error THEN json_insert({self.table}.errors, '$[#]', "
+            f"  json_object('attempt', {self.table}.attempt, 'at', {_ISO_NOW}, "
+            f"  'type', v.etype, 'message', v.emessage, 'traceback', v.etraceback)) "
+            f"  ELSE {self.table}.errors END, "
+            f"run_after = CASE WHEN v.status = 'ready' THEN "
+            f"  strftime({_FORMAT}, 'now', printf('%%+.6f seconds', v.delay)) "
+            f"  ELSE {self.table}.run_after END, "
+            f"max_attempts = {self.table}.max_attempts + COALESCE(v.extra_attempts, 0), "
             f"lease_owner = NULL, lease_expires_at = NULL "
-            f"WHERE id = :id AND lease_owner = :owner AND attempt = :attempt "
-            f"AND status = 'running'"
+            f"FROM v WHERE {self.table}.id = v.id AND {self.table}.attempt = v.attempt "
+            f"AND {self.table}.lease_owner = :owner AND {self.table}.status = 'running' "
+            f"RETURNING {self.table}.id"
         )
-        params = outcome.params(owner)
-        params["delay_modifier"] = f"+{params.pop('delay'):.6f} seconds"
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount == 1
+            cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
+            return {row[0] for row in cursor.fetchall()}
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str

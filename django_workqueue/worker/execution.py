@@ -48,18 +48,33 @@ def execute(
     job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
 ) -> Outcome | None:
     """Run ``job`` and record its outcome; return the outcome if it was recorded."""
+    outcome, pending = run(job, context, driver, loop)
+    if outcome is None or not pending:
+        return outcome
+    return record(driver, context, outcome)
+
+
+def run(
+    job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
+) -> tuple[Outcome | None, bool]:
+    """Run ``job``; return (outcome, whether it still has to be recorded).
+
+    ``atomic=True`` tasks record their success inside their own transaction, so theirs comes
+    back already written (or None when the lease was lost and the body rolled back); the
+    worker batches every other outcome into one write with those of other jobs.
+    """
     try:
         task = get_task(job.task_name)
     except TaskNotRegistered as exc:
-        return _record(driver, context, _failure(job, None, exc))
-    if job.deadline is not None and job.claimed_at > job.deadline:
+        return _failure(job, None, exc), True
+    if job.deadline_passed and job.deadline is not None:
         exc = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
-        return _record(driver, context, _outcome(job, OutcomeKind.DISCARD, error=_error(exc)))
+        return _outcome(job, OutcomeKind.DISCARD, error=_error(exc)), True
 
     args = [context, *job.args] if task.spec.takes_context else list(job.args)
     try:
         if task.spec.atomic:
-            return _run_atomic(task, job, context, driver, args)
+            return _run_atomic(task, job, context, driver, args), False
         if task.spec.is_async:
             if loop is None:
                 raise RuntimeError("no event loop for async tasks")  # runner always passes one
@@ -71,10 +86,10 @@ def execute(
         logger.warning(
             "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
         )
-        return None
-    except BaseException as exc:
+        return None, False
+    except BaseException as exc:  # a task's failure must never end the slot
         outcome = _classify(task, job, context, exc)
-    return _record(driver, context, outcome)
+    return outcome, True
 
 
 def _run_atomic(
@@ -83,6 +98,7 @@ def _run_atomic(
     with transaction.atomic(using=driver.alias):
         value = task.spec.func(*args, **job.kwargs)
         outcome = _success(job, value)
+        context.finished = True
         if not driver.record(context.owner, outcome):
             raise _LostLease
     return outcome
@@ -143,15 +159,21 @@ def _error(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _record(driver: Driver, context: JobContext, outcome: Outcome) -> Outcome | None:
+def record(driver: Driver, context: JobContext, outcome: Outcome) -> Outcome | None:
+    """Write one outcome; return it if it was written (this worker still held the lease)."""
+    context.finished = True
     if driver.record(context.owner, outcome):
         return outcome
+    log_not_written(outcome)
+    return None
+
+
+def log_not_written(outcome: Outcome) -> None:
     logger.warning(
         "job %s attempt %s: this worker no longer holds the lease; its %s outcome was not "
         "written (the job was reaped, released or cancelled meanwhile)",
         outcome.job_id, outcome.attempt, outcome.kind,
     )  # fmt: skip
-    return None
 
 
 def tidy_connections() -> None:
@@ -165,7 +187,11 @@ def tidy_connections() -> None:
         if conn.connection is None:
             continue
         if conn.in_atomic_block:  # a task leaked an open transaction out of its body
+            # Closing rolls the transaction back, but Django keeps the wrapper marked as inside
+            # the atomic block (closed_in_transaction), so every later query on this thread
+            # would fail: drop the wrapper and let the thread open a fresh one.
             conn.close()
+            del connections[conn.alias]
         elif conn.settings_dict["CONN_MAX_AGE"] == 0:
             if conn.errors_occurred and not conn.is_usable():
                 conn.close()

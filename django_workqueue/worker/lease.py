@@ -23,6 +23,8 @@ logger = logging.getLogger("django_workqueue.worker")
 class RunningJob:
     context: JobContext
     started: float = field(default_factory=time.monotonic)
+    timeout: float | None = None
+    is_async: bool = False
 
 
 class LeaseKeeper:

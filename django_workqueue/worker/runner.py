@@ -1,8 +1,12 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
-One control thread does the claiming, the heartbeat and the reaper on one connection; N slot
-threads run jobs, one connection each; PostgreSQL adds one LISTEN connection. That is the
-connection budget: concurrency + 2.
+One control thread does the claiming, the heartbeat, the reaper and the completion writes on
+one connection; N slot threads run jobs, one connection each; PostgreSQL adds one LISTEN
+connection. That is the connection budget: concurrency + 2.
+
+Completions are batched: a slot hands its outcome to the control thread and is free at once;
+the control thread writes every outcome that has piled up in one fenced statement, then claims
+as many jobs as there are free slots in another. Under load each round trip carries many jobs.
 
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
 in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval,
@@ -11,6 +15,7 @@ so polling always backs up the wake-ups.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue as queue_module
@@ -29,8 +34,9 @@ from ..context import JobContext
 from ..db import ClaimedJob, Outcome, OutcomeKind, driver_for
 from ..maintenance import reaper
 from ..models import WorkerProcess
+from ..registry import find_task
 from . import wakeup
-from .execution import AsyncLoop, execute, tidy_connections
+from .execution import AsyncLoop, log_not_written, run, tidy_connections
 from .lease import LeaseKeeper, RunningJob
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -72,7 +78,9 @@ class Worker:
         self.started = threading.Event()
         self.claimed_count = 0
         self.finished_count = 0
-        self._running: dict[int, RunningJob] = {}
+        self._running: dict[int, RunningJob] = {}  # leased by us: executing or being recorded
+        self._executing = 0  # jobs handed to slots whose body has not returned yet
+        self._outcomes: collections.deque[Outcome] = collections.deque()
         self._lock = threading.Lock()
         self._inbox: queue_module.SimpleQueue[ClaimedJob | None] = queue_module.SimpleQueue()
         self._slots: list[threading.Thread] = []
@@ -108,6 +116,7 @@ class Worker:
 
     @property
     def running_count(self) -> int:
+        """Jobs this worker holds a lease on (running, or finished and not yet recorded)."""
         with self._lock:
             return len(self._running)
 
@@ -140,6 +149,7 @@ class Worker:
         """One pass: claim into free slots, renew leases and reap when due. Returns # claimed."""
         claimed = 0
         try:
+            self._flush()
             claimed = self._fill()
             now = time.monotonic()
             with self._lock:
@@ -163,9 +173,31 @@ class Worker:
             connections[self.alias].close()
         return claimed
 
+    def _flush(self) -> None:
+        """Write all finished jobs' outcomes in one statement."""
+        outcomes: list[Outcome] = []
+        while self._outcomes:
+            outcomes.append(self._outcomes.popleft())
+        if not outcomes:
+            return
+        try:
+            written = self.driver.record_many(self.id, outcomes)
+        except Exception:
+            self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
+            raise
+        with self._lock:
+            for outcome in outcomes:
+                self._running.pop(outcome.job_id, None)
+                self.finished_count += 1
+        for outcome in outcomes:
+            if outcome.job_id not in written:
+                log_not_written(outcome)
+
     def _fill(self) -> int:
-        running_before = self.running_count
-        free = self.concurrency - running_before
+        with self._lock:
+            running_before = len(self._running)
+            executing = self._executing
+        free = self.concurrency - executing
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
         self._drained = False
@@ -175,10 +207,18 @@ class Worker:
         # Nothing ready and nothing running that could still put a job back: burst is done.
         self._drained = not jobs and running_before == 0
         now = time.monotonic()
+        with self._lock:
+            for job in jobs:
+                context = JobContext(job, owner=self.id, driver=self.driver)
+                task = find_task(job.task_name)
+                self._running[job.id] = RunningJob(
+                    context,
+                    started=now,
+                    timeout=task.spec.timeout if task else None,
+                    is_async=bool(task and task.spec.is_async),
+                )
+                self._executing += 1
         for job in jobs:
-            context = JobContext(job, owner=self.id, driver=self.driver)
-            with self._lock:
-                self._running[job.id] = RunningJob(context, started=now)
             self._inbox.put(job)
         if jobs:
             self.claimed_count += len(jobs)
@@ -187,12 +227,8 @@ class Worker:
         return len(jobs)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
-        from ..registry import registered_tasks
-
-        tasks = registered_tasks()
         for item in running.values():
-            task = tasks.get(item.context.job.task_name)
-            timeout = task.spec.timeout if task else None
+            timeout = item.timeout
             if timeout and now - item.started > timeout and not item.context.timed_out:
                 item.context.timed_out = True
                 item.context.cancelled.set()
@@ -222,26 +258,25 @@ class Worker:
                 return
             with self._lock:
                 item = self._running[job.id]
+            outcome: Outcome | None = None
+            pending = False
             try:
-                tidy_connections()
-                if job.task_name and self._needs_loop(job):
+                if item.is_async:
                     self._ensure_loop()
-                execute(job, item.context, self.driver, self._loop)
+                outcome, pending = run(job, item.context, self.driver, self._loop)
             except Exception:
-                logger.exception("job %s: could not record its outcome", job.id)
+                logger.exception("job %s: the worker failed to run it", job.id)
             finally:
-                item.context.finished = True
-                with self._lock:
-                    self._running.pop(job.id, None)
-                    self.finished_count += 1
                 tidy_connections()
+                with self._lock:
+                    self._executing -= 1
+                    if outcome is not None and pending:
+                        item.context.finished = True
+                        self._outcomes.append(outcome)
+                    else:  # recorded in its own transaction, or nothing left to write
+                        self._running.pop(job.id, None)
+                        self.finished_count += 1
                 self.wake.set()
-
-    def _needs_loop(self, job: ClaimedJob) -> bool:
-        from ..registry import registered_tasks
-
-        task = registered_tasks().get(job.task_name)
-        return task is not None and task.spec.is_async
 
     def _ensure_loop(self) -> None:
         with self._lock:
@@ -257,6 +292,7 @@ class Worker:
             with self._lock:
                 running = dict(self._running)
             try:
+                self._flush()
                 if self.leases.due(time.monotonic()):
                     self.leases.renew(running)
             except Exception as exc:
@@ -279,8 +315,12 @@ class Worker:
 
     def _release_remaining(self) -> None:
         """Past the grace period: give unfinished jobs back to ready, uncharged."""
+        try:
+            self._flush()
+        except Exception as exc:  # their leases will expire and be reaped
+            logger.warning("worker %s: could not write finished outcomes: %s", self.id, exc)
         with self._lock:
-            running = dict(self._running)
+            running = {k: v for k, v in self._running.items() if not v.context.finished}
         for job_id, item in running.items():
             item.context.cancelled.set()
             job = item.context.job

@@ -11,8 +11,10 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from ...conf import workqueue_settings as conf
+from ...models import Job
 from ...worker.runner import Worker
 
 
@@ -80,6 +82,7 @@ class Command(BaseCommand):
                 f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
                 f"{', '.join(conf.QUEUES)}"
             )
+        _require_tables()
         _configure_logging(options["verbosity"])
         worker = Worker(
             queues=queues,
@@ -110,6 +113,15 @@ class Command(BaseCommand):
         )
         worker.run()
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
+
+
+def _require_tables() -> None:
+    alias = conf.DATABASE
+    if Job._meta.db_table not in connections[alias].introspection.table_names():
+        raise CommandError(
+            f"the job tables do not exist in database {alias!r}; run "
+            f"'manage.py migrate django_workqueue --database {alias}' first"
+        )
 
 
 def _configure_logging(verbosity: int) -> None:
