@@ -24,8 +24,7 @@ CHANNEL = "django_workqueue"
 NOW = "COALESCE(%(now)s::timestamptz, now())"
 
 _RETURNING = (
-    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
-    "deadline"
+    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, deadline"
 )
 
 

@@ -21,8 +21,7 @@ NOW = f"COALESCE(:now, strftime({_FORMAT}, 'now'))"
 _ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
 
 _RETURNING = (
-    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, "
-    "deadline"
+    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, deadline"
 )
 
 
