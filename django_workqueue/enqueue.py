@@ -2,31 +2,30 @@
 
 Nothing is written when validation fails. The insert uses the connection of the jobs database
 (``WORKQUEUE["DATABASE"]``), so a job enqueued inside ``transaction.atomic()`` exists if and only
-if that transaction commits. On PostgreSQL a ``NOTIFY`` carrying the queue name is sent in the
-same transaction: PostgreSQL delivers it at commit and folds duplicates. Workers in this process
-are woken with ``on_commit``.
+if that transaction commits. One statement inserts any number of jobs (``Driver.insert``); on
+PostgreSQL the same statement sends a ``NOTIFY`` per queue, which PostgreSQL delivers at commit
+and folds with duplicates. Workers in this process are woken with ``on_commit``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import DateTimeField, Value
-from django.db.models.expressions import CombinedExpression
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import payload
 from .conf import workqueue_settings as conf
-from .db import driver_for
+from .db import NewJob, driver_for
 from .exceptions import InvalidOption, InvalidPriority, NaiveDatetime, UnknownQueue
 from .models import Job
-from .states import ACTIVE
+from .states import ACTIVE, Status
 from .worker import wakeup
 
 if TYPE_CHECKING:
@@ -34,22 +33,19 @@ if TYPE_CHECKING:
 
 
 def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Job:
-    alias = conf.DATABASE
-    job = build_job(task, args, kwargs)
-    if _defer_to_caller(alias):
-        transaction.on_commit(functools.partial(_insert_one, job, alias), using=DEFAULT_DB_ALIAS)
-        return job
-    return _insert_one(job, alias)
+    template = job_template(task)
+    call = encode_call(args, kwargs, task.name)
+    return _enqueue(template, [call])[0]
 
 
 def enqueue_many(task: Task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
-    if task.options.unique_key is not None:
+    template = job_template(task)
+    if template.unique_key is not None:
         raise InvalidOption(
             f"{task.name}.enqueue_many() cannot share one unique_key among many jobs; "
             f"enqueue unique jobs one at a time"
         )
-    alias = conf.DATABASE
-    jobs = []
+    encoded = []
     for index, call in enumerate(calls):
         try:
             args, kwargs = call
@@ -57,31 +53,26 @@ def enqueue_many(task: Task, calls: Iterable[tuple[Sequence[Any], Mapping[str, A
             raise InvalidOption(
                 f"{task.name}.enqueue_many(): item {index} is not an (args, kwargs) pair"
             ) from None
-        jobs.append(build_job(task, args, kwargs, label=f"item {index}"))
-    if not jobs:
-        return []
-    if _defer_to_caller(alias):
-        transaction.on_commit(functools.partial(_insert_many, jobs, alias), using=DEFAULT_DB_ALIAS)
+        encoded.append(encode_call(args, kwargs, f"{task.name} item {index}"))
+    return _enqueue(template, encoded) if encoded else []
+
+
+def _enqueue(template: NewJob, calls: list[Call]) -> list[Job]:
+    alias = conf.DATABASE
+    if alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block:
+        # The caller writes to another database inside a transaction of its own: insert when
+        # (and only if) that transaction commits. The jobs get their ids then.
+        jobs = [_unsaved(template, call) for call in calls]
+        transaction.on_commit(
+            functools.partial(_insert, template, calls, alias, jobs), DEFAULT_DB_ALIAS
+        )
         return jobs
-    return _insert_many(jobs, alias)
+    return _insert(template, calls, alias)
 
 
-def build_job(
-    task: Task, args: Sequence[Any], kwargs: Mapping[str, Any], *, label: str = ""
-) -> Job:
-    """Validate one call of ``task`` and return the unsaved ``Job``; raise on bad input."""
-    spec, options = task.spec, task.options
-    owner = f"{spec.name}{' ' + label if label else ''}"
-    if not isinstance(args, list | tuple):
-        raise InvalidOption(f"{owner}: args must be a list or tuple, not {type(args).__name__}")
-    if not isinstance(kwargs, Mapping):
-        raise InvalidOption(f"{owner}: kwargs must be a mapping, not {type(kwargs).__name__}")
-    args, kwargs = list(args), dict(kwargs)
-    size = len(payload.encode(args, "args", owner).encode()) + len(
-        payload.encode(kwargs, "kwargs", owner).encode()
-    )
-    payload.check_size(size, conf.MAX_PAYLOAD_BYTES, f"args of {owner} are", "MAX_PAYLOAD_BYTES")
-
+def job_template(task: Task) -> NewJob:
+    """Validate the task's options (once per call of enqueue or enqueue_many)."""
+    spec, options, owner = task.spec, task.options, task.name
     queue = options.queue or spec.queue
     if queue not in conf.QUEUES:
         raise UnknownQueue(
@@ -94,86 +85,135 @@ def build_job(
             f"{owner}: priority must be an integer from -100 to 100 (higher runs first), "
             f"got {priority!r}"
         )
-    max_attempts = _positive_int(owner, "max_attempts", options.max_attempts, spec.max_attempts)
-    lease_seconds = _positive_int(owner, "lease_seconds", options.lease_seconds, spec.lease_seconds)
     if options.unique_key is not None and (
         not isinstance(options.unique_key, str) or not 0 < len(options.unique_key) <= 255
     ):
         raise InvalidOption(f"{owner}: unique_key must be a string of 1 to 255 characters")
-
-    job = Job(
+    if options.run_at is not None and options.delay is not None:
+        raise InvalidOption(f"{owner}: give delay or run_at, not both")
+    deadline = options.deadline
+    return NewJob(
         task_name=spec.name,
         queue=queue,
         priority=priority,
-        args=args,
-        kwargs=kwargs,
-        max_attempts=max_attempts,
-        lease_seconds=lease_seconds,
+        max_attempts=_positive_int(owner, "max_attempts", options.max_attempts, spec.max_attempts),
+        lease_seconds=_positive_int(
+            owner, "lease_seconds", options.lease_seconds, spec.lease_seconds
+        ),
         unique_key=options.unique_key,
+        run_at=None if options.run_at is None else _aware(owner, "run_at", options.run_at),
+        delay=None if options.delay is None else _seconds(owner, "delay", options.delay),
+        deadline_at=_aware(owner, "deadline", deadline) if isinstance(deadline, datetime) else None,
+        deadline_in=(
+            None
+            if deadline is None or isinstance(deadline, datetime)
+            else _seconds(owner, "deadline", deadline)
+        ),
     )
-    # True only on the existing job returned for an active unique_key; always present, so
-    # callers can test ``job.duplicate`` without getattr.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """One job's arguments, validated and encoded."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    args_json: str
+    kwargs_json: str
+
+
+def encode_call(args: Any, kwargs: Any, owner: str) -> Call:
+    """Validate arguments as JSON within the size limit and encode them once."""
+    if not isinstance(args, list | tuple):
+        raise InvalidOption(f"{owner}: args must be a list or tuple, not {type(args).__name__}")
+    if not isinstance(kwargs, Mapping):
+        raise InvalidOption(f"{owner}: kwargs must be a mapping, not {type(kwargs).__name__}")
+    args, kwargs = list(args), dict(kwargs)
+    args_json = payload.encode(args, "args", owner)
+    kwargs_json = payload.encode(kwargs, "kwargs", owner)
+    size = len(args_json) + len(kwargs_json)  # characters are bytes when all are ASCII
+    if not (args_json.isascii() and kwargs_json.isascii()):
+        size = len(args_json.encode()) + len(kwargs_json.encode())
+    payload.check_size(size, conf.MAX_PAYLOAD_BYTES, f"args of {owner} are", "MAX_PAYLOAD_BYTES")
+    return Call(args, kwargs, args_json, kwargs_json)
+
+
+def _unsaved(template: NewJob, call: Call) -> Job:
+    job = Job(
+        task_name=template.task_name,
+        queue=template.queue,
+        priority=template.priority,
+        args=call.args,
+        kwargs=call.kwargs,
+        status=Status.READY,
+        max_attempts=template.max_attempts,
+        lease_seconds=template.lease_seconds,
+        unique_key=template.unique_key,
+        run_after=template.run_at,
+        deadline=template.deadline_at,
+    )
     job.duplicate = False  # type: ignore[attr-defined]
-    if options.run_at is not None and options.delay is not None:
-        raise InvalidOption(f"{owner}: give delay or run_at, not both")
-    if options.run_at is not None:
-        job.run_after = _aware(owner, "run_at", options.run_at)
-    elif options.delay is not None:
-        job.run_after = _from_now(owner, "delay", options.delay)
-    if options.deadline is not None:
-        if isinstance(options.deadline, datetime):
-            job.deadline = _aware(owner, "deadline", options.deadline)
-        else:
-            job.deadline = _from_now(owner, "deadline", options.deadline)
     return job
 
 
-def _insert_one(job: Job, alias: str) -> Job:
-    if job.unique_key is None:
-        job.save(using=alias, force_insert=True)
-    else:
+def _insert(
+    template: NewJob, calls: list[Call], alias: str, unsaved: list[Job] | None = None
+) -> list[Job]:
+    driver = driver_for(alias)
+    payloads = [(call.args_json, call.kwargs_json) for call in calls]
+    if template.unique_key is not None:  # only ever one job: enqueue_many refuses unique keys
         try:
             with transaction.atomic(using=alias):
-                job.save(using=alias, force_insert=True)
+                rows = driver.insert(template, payloads)
         except IntegrityError:
             existing = (
                 Job.objects.using(alias)
-                .filter(unique_key=job.unique_key, status__in=ACTIVE)
+                .filter(unique_key=template.unique_key, status__in=ACTIVE)
                 .first()
             )
             if existing is None:  # the holder finished between our insert and this read
-                return _insert_one(job, alias)
+                return _insert(template, calls, alias, unsaved)
             existing.duplicate = True  # type: ignore[attr-defined]
-            return existing
-    _announce(alias, {job.queue})
-    if isinstance(job.deadline, CombinedExpression):  # computed by the database at insert
-        job.refresh_from_db(using=alias, fields=["deadline"])
+            return [existing]
+    else:
+        rows = driver.insert(template, payloads)
+    transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
+    if unsaved is not None:
+        for job, (pk, run_after, enqueued_at, deadline) in zip(unsaved, rows, strict=True):
+            job.pk, job.run_after, job.enqueued_at, job.deadline = (
+                pk,
+                run_after,
+                enqueued_at,
+                deadline,
+            )
+            job._state.adding, job._state.db = False, alias
+        return unsaved
+    return [_saved(alias, template, call, row) for call, row in zip(calls, rows, strict=True)]
+
+
+def _saved(alias: str, template: NewJob, call: Call, row: tuple[Any, ...]) -> Job:
+    """The inserted job as a model instance, built the way Django builds rows it reads."""
+    pk, run_after, enqueued_at, deadline = row
+    values = dict(
+        _JOB_DEFAULTS,
+        id=pk, task_name=template.task_name, queue=template.queue, priority=template.priority,
+        args=call.args, kwargs=call.kwargs, max_attempts=template.max_attempts,
+        lease_seconds=template.lease_seconds, unique_key=template.unique_key,
+        run_after=run_after, deadline=deadline, enqueued_at=enqueued_at, errors=[],
+    )  # fmt: skip
+    job = Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+    job.duplicate = False  # type: ignore[attr-defined]
     return job
 
 
-def _insert_many(jobs: list[Job], alias: str) -> list[Job]:
-    created = Job.objects.using(alias).bulk_create(jobs)
-    _announce(alias, {job.queue for job in created})
-    if any(isinstance(job.deadline, CombinedExpression) for job in created):
-        # computed by the database at insert, and not returned by bulk_create
-        deadlines = dict(
-            Job.objects.using(alias)
-            .filter(pk__in=[job.pk for job in created])
-            .values_list("pk", "deadline")
-        )
-        for job in created:
-            job.deadline = deadlines[job.pk]
-    return created
-
-
-def _announce(alias: str, queues: set[str]) -> None:
-    driver_for(alias).notify(queues)
-    transaction.on_commit(functools.partial(wakeup.wake, queues), using=alias)
-
-
-def _defer_to_caller(alias: str) -> bool:
-    """True when the caller writes to another database inside a transaction of its own."""
-    return alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block
+_JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
+# What a fresh row holds in the columns the insert leaves alone.
+_JOB_DEFAULTS: dict[str, Any] = {
+    "status": Status.READY.value, "attempt": 0, "lease_owner": None, "lease_expires_at": None,
+    "cancel_requested_at": None, "progress_current": None, "progress_total": None,
+    "progress_message": "", "result": None, "started_at": None,
+    "finished_at": None,
+}  # fmt: skip
 
 
 def _positive_int(owner: str, name: str, value: Any, default: int) -> int:
@@ -194,13 +234,13 @@ def _aware(owner: str, name: str, value: datetime) -> datetime:
     return value
 
 
-def _from_now(owner: str, name: str, value: Any) -> CombinedExpression:
-    """``now() + value`` computed by the database, so schedules use the database clock."""
+def _seconds(owner: str, name: str, value: Any) -> float:
+    """A non-negative number of seconds from now; the database adds it to its own clock."""
     if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
         raise InvalidOption(
             f"{owner}: {name} must be seconds (a number) or a timedelta, got {value!r}"
         )
-    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if delta < timedelta(0):
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not 0 <= seconds < math.inf:
         raise InvalidOption(f"{owner}: {name} must not be negative, got {value!r}")
-    return CombinedExpression(Now(), "+", Value(delta), output_field=DateTimeField())
+    return seconds

@@ -51,15 +51,31 @@ def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
     return None
 
 
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _is_flat(value: Any) -> bool:
+    """True for the common case the walk need not inspect: a list or str-keyed dict of
+    strings, ints, bools and None (exact types: subclasses may not round-trip)."""
+    if type(value) is list:
+        return all(type(item) in _PLAIN for item in value)
+    if type(value) is dict:
+        return all(type(k) is str and type(v) in _PLAIN for k, v in value.items())
+    return type(value) in _PLAIN
+
+
 def encode(value: Any, path: str, owner: str) -> str:
     """JSON-encode ``value`` or raise ``PayloadNotJSON`` naming the offending path."""
+    if _is_flat(value):
+        return _encoder.encode(value)
     problem = find_non_json(value, path)
     if problem is not None:
         where, reason = problem
         raise PayloadNotJSON(
             f"{owner}: {where} {reason}. Job arguments and results are stored as JSON only."
         )
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _encoder.encode(value)
 
 
 def check_size(encoded_size: int, limit: int, what: str, setting: str) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .base import ClaimedJob, Driver, Outcome, OutcomeKind
+from .base import ClaimedJob, Driver, NewJob, Outcome, OutcomeKind
 
-__all__ = ["ClaimedJob", "Driver", "Outcome", "OutcomeKind", "driver_for"]
+__all__ = ["ClaimedJob", "Driver", "NewJob", "Outcome", "OutcomeKind", "driver_for"]
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
 _drivers: dict[str, Driver] = {}

@@ -32,6 +32,42 @@ class OutcomeKind(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """What the jobs of one enqueue call share, validated. Relative times (``delay``,
+    ``deadline_in``) are added to the database's clock by the insert."""
+
+    task_name: str
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_seconds: int
+    unique_key: str | None = None
+    run_at: datetime | None = None
+    delay: float | None = None
+    deadline_at: datetime | None = None
+    deadline_in: float | None = None
+
+    def rows(
+        self, payloads: Sequence[tuple[str, str]], timestamp: Callable[[datetime], Any]
+    ) -> str:
+        """The insert batch: a JSON array with one array per job, whose last two items are the
+        job's args and kwargs, embedded as the JSON they were already encoded to."""
+        fields = [
+            self.task_name, self.queue, self.priority, self.max_attempts, self.lease_seconds,
+            self.unique_key, None if self.run_at is None else timestamp(self.run_at),
+            self.delay, None if self.deadline_at is None else timestamp(self.deadline_at),
+            self.deadline_in,
+        ]  # fmt: skip
+        head = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)[:-1]
+        return "[" + ",".join(f"{head},{args},{kwargs}]" for args, kwargs in payloads) + "]"
+
+
+# The positions in NewJob.row(), for the drivers' SQL.
+ROW_TASK, ROW_QUEUE, ROW_PRIORITY, ROW_MAX_ATTEMPTS, ROW_LEASE, ROW_UNIQUE = range(6)
+ROW_RUN_AT, ROW_DELAY, ROW_DEADLINE_AT, ROW_DEADLINE_IN, ROW_ARGS, ROW_KWARGS = range(6, 12)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
     id: int
     task_name: str
@@ -112,6 +148,16 @@ class Driver:
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
+
+    def insert(
+        self, job: NewJob, payloads: Sequence[tuple[str, str]]
+    ) -> list[tuple[int, datetime, datetime, Any]]:
+        """Insert one job per (args JSON, kwargs JSON) with one statement on the current
+        transaction, and notify the queue.
+
+        Returns (id, run_after, enqueued_at, deadline) per job, in the order given.
+        """
+        raise NotImplementedError
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None

@@ -1,4 +1,8 @@
-"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, ``now()`` as the only clock, LISTEN/NOTIFY.
+"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims, the server's clock, LISTEN/NOTIFY.
+
+The clock is ``statement_timestamp()`` (what Django's ``Now()`` uses too), not ``now()``: inside
+a caller's long transaction ``now()`` is frozen at its start, which would date a job enqueued at
+the end of it, or a completion recorded inside an ``atomic=True`` task, too early.
 
 Many worker processes on many hosts share one database. Claims never wait on each other's row
 locks (SKIP LOCKED); two reapers or a reaper and a completion racing for one row serialise on
@@ -14,14 +18,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, Outcome
+from .base import ClaimedJob, Driver, NewJob, Outcome
 
 logger = logging.getLogger("django_workqueue.db")
 
 CHANNEL = "django_workqueue"
 
 # The database clock, unless a caller (a test) passes its own ``now`` parameter.
-NOW = "COALESCE(%(now)s::timestamptz, now())"
+CLOCK = "statement_timestamp()"
+NOW = f"COALESCE(%(now)s::timestamptz, {CLOCK})"
 
 _RETURNING = (
     "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, deadline"
@@ -31,6 +36,33 @@ _RETURNING = (
 class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
+
+    def insert(
+        self, job: NewJob, payloads: Sequence[tuple[str, str]]
+    ) -> list[tuple[int, datetime, datetime, Any]]:
+        # The batch is one jsonb parameter unpacked into rows (args embedded as encoded JSON), so
+        # one statement and one round trip insert any number of jobs. The same statement sends
+        # one NOTIFY per queue; PostgreSQL delivers them at commit, folding duplicates.
+        batch = job.rows(payloads, datetime.isoformat)
+        sql = (
+            f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
+            f"max_attempts, lease_seconds, unique_key, run_after, deadline, args, kwargs, "
+            f"status, attempt, errors, progress_message) "
+            f"SELECT e->>0, e->>1, (e->>2)::smallint, (e->>3)::integer, (e->>4)::integer, e->>5, "
+            f"COALESCE((e->>6)::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => COALESCE((e->>7)::float8, 0))), "
+            f"COALESCE((e->>8)::timestamptz, {CLOCK} + make_interval(secs => (e->>9)::float8)), "
+            f"e->10, e->11, 'ready', 0, '[]'::jsonb, '' "
+            f"FROM jsonb_array_elements(%(batch)s::jsonb) WITH ORDINALITY AS b(e, n) ORDER BY b.n "
+            f"RETURNING id, queue, run_after, enqueued_at, deadline), "
+            f"notified AS (SELECT pg_notify(%(channel)s, q.queue) "
+            f"  FROM (SELECT DISTINCT queue FROM inserted) AS q) "
+            f"SELECT id, run_after, enqueued_at, deadline, (SELECT count(*) FROM notified) "
+            f"FROM inserted ORDER BY id"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": batch, "channel": CHANNEL})
+            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
@@ -83,7 +115,7 @@ class PostgresDriver(Driver):
             return {}
         sql = (
             f"UPDATE {self.table} "
-            f"SET lease_expires_at = now() + lease_seconds * interval '1 second' "
+            f"SET lease_expires_at = {CLOCK} + lease_seconds * interval '1 second' "
             f"WHERE status = 'running' AND lease_owner = %s "
             f"AND (id, attempt) IN (SELECT * FROM unnest(%s::bigint[], %s::integer[])) "
             f"RETURNING id, cancel_requested_at IS NOT NULL"
@@ -103,13 +135,13 @@ class PostgresDriver(Driver):
         sql = (
             f"UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
-            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} THEN now() END, "
+            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} THEN {CLOCK} END, "
             f"result = CASE WHEN v.succeeded THEN v.result::jsonb ELSE j.result END, "
             f"errors = CASE WHEN v.has_error THEN j.errors || jsonb_build_array(jsonb_build_object("
-            f"  'attempt', j.attempt, 'at', now(), 'type', v.etype, 'message', v.emessage, "
+            f"  'attempt', j.attempt, 'at', {CLOCK}, 'type', v.etype, 'message', v.emessage, "
             f"  'traceback', v.etraceback)) ELSE j.errors END, "
             f"run_after = CASE WHEN v.status = 'ready' "
-            f"  THEN now() + make_interval(secs => v.delay) ELSE j.run_after END, "
+            f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
             f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM jsonb_to_recordset(%(batch)s::jsonb) AS v(id bigint, attempt integer, "

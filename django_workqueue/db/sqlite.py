@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, Outcome
+from .base import ClaimedJob, Driver, NewJob, Outcome
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
@@ -31,6 +31,38 @@ class SQLiteDriver(Driver):
 
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
+
+    def insert(
+        self, job: NewJob, payloads: Sequence[tuple[str, str]]
+    ) -> list[tuple[int, datetime, datetime, Any]]:
+        # The batch is one JSON parameter unpacked by json_each (args embedded as encoded
+        # JSON), so one statement inserts any number of jobs.
+        adapt = self.connection.ops.adapt_datetimefield_value
+        batch = job.rows(payloads, adapt)
+
+        def at(n: int) -> str:
+            return f"json_extract(value, '$[{n}]')"
+
+        def from_now(n: int) -> str:
+            return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {at(n)}))"
+
+        sql = (
+            f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
+            f"unique_key, run_after, deadline, args, kwargs, status, attempt, errors, "
+            f"progress_message) "
+            f"SELECT {at(0)}, {at(1)}, {at(2)}, {at(3)}, {at(4)}, {at(5)}, "
+            f"COALESCE({at(6)}, CASE WHEN {at(7)} IS NULL THEN strftime({_FORMAT}, 'now') "
+            f"  ELSE {from_now(7)} END), "
+            f"COALESCE({at(8)}, CASE WHEN {at(9)} IS NOT NULL THEN {from_now(9)} END), "
+            f"{at(10)}, {at(11)}, 'ready', 0, '[]', '' "
+            f"FROM json_each(:batch) ORDER BY key "
+            f"RETURNING id, run_after, enqueued_at, deadline"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": batch})
+            rows = sorted(cursor.fetchall())  # RETURNING order is unspecified; ids ascend
+        return [(id_, _parse(run_after), _parse(enqueued), _parse(deadline))
+                for id_, run_after, enqueued, deadline in rows]  # fmt: skip
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
@@ -161,7 +193,8 @@ class SQLiteDriver(Driver):
 
 
 def _parse(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    parsed = datetime.fromisoformat(value)
+    """A UTC datetime from what SQLite returns: text, or a naive datetime (Django's converter)."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

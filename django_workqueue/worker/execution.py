@@ -68,8 +68,8 @@ def run(
     except TaskNotRegistered as exc:
         return _failure(job, None, exc), True
     if job.deadline_passed and job.deadline is not None:
-        exc = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
-        return _outcome(job, OutcomeKind.DISCARD, error=_error(exc)), True
+        late = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
+        return _outcome(job, OutcomeKind.DISCARD, error=_error(late)), True
 
     args = [context, *job.args] if task.spec.takes_context else list(job.args)
     try:

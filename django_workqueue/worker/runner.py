@@ -187,7 +187,9 @@ class Worker:
             raise
         with self._lock:
             for outcome in outcomes:
-                self._running.pop(outcome.job_id, None)
+                item = self._running.get(outcome.job_id)
+                if item is not None and item.context.attempt == outcome.attempt:
+                    del self._running[outcome.job_id]  # not the entry of a later attempt
                 self.finished_count += 1
         for outcome in outcomes:
             if outcome.job_id not in written:
@@ -211,6 +213,10 @@ class Worker:
             for job in jobs:
                 context = JobContext(job, owner=self.id, driver=self.driver)
                 task = find_task(job.task_name)
+                stale = self._running.get(job.id)
+                if stale is not None:  # reaped, then claimed again while its body runs here
+                    stale.context.lease_lost = True
+                    stale.context.cancelled.set()
                 self._running[job.id] = RunningJob(
                     context,
                     started=now,
@@ -274,7 +280,8 @@ class Worker:
                         item.context.finished = True
                         self._outcomes.append(outcome)
                     else:  # recorded in its own transaction, or nothing left to write
-                        self._running.pop(job.id, None)
+                        if self._running.get(job.id) is item:  # not a later attempt's entry
+                            del self._running[job.id]
                         self.finished_count += 1
                 self.wake.set()
 
