@@ -1,0 +1,102 @@
+"""``manage.py demo``: every job it enqueues ends in the status the demo's story promises."""
+
+from __future__ import annotations
+
+from collections import Counter
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_workqueue.models import Job
+from testproject.demo.management.commands.demo import PREFIX
+
+
+def _jobs(task: str) -> list[Job]:
+    return list(Job.objects.filter(task_name=PREFIX + task).order_by("id"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_runs_every_job_to_a_terminal_status() -> None:
+    out = StringIO()
+    call_command("demo", "--quick", "--concurrency", "3", stdout=out)
+
+    jobs = Job.objects.filter(task_name__startswith=PREFIX)
+    assert jobs.count() == 15
+    assert not jobs.active().exists()
+    assert Counter(jobs.values_list("status", flat=True)) == {
+        "succeeded": 11,
+        "failed": 2,
+        "cancelled": 2,
+    }
+
+    receipts = _jobs("send_receipt")
+    assert [(j.status, j.attempt) for j in receipts] == [
+        ("succeeded", 1),
+        ("succeeded", 2),  # the flaky one: failed once, retried
+        ("succeeded", 1),
+    ]
+    assert receipts[1].errors[0]["type"] == "builtins.ConnectionResetError"
+    # The receipt enqueued in a rolled-back transaction was never stored.
+    assert not Job.objects.filter(kwargs__order_id=9999).exists()
+
+    upstream = _jobs("call_upstream")
+    assert [(j.status, j.attempt, len(j.errors)) for j in upstream] == [
+        ("succeeded", 2, 1),
+        ("succeeded", 3, 2),
+    ]
+
+    (discarded,) = _jobs("sync_contact")
+    assert (discarded.status, discarded.attempt) == ("failed", 1)
+    assert discarded.errors[-1]["type"] == "django_workqueue.exceptions.Discard"
+    (poison,) = _jobs("import_legacy_feed")
+    assert (poison.status, poison.attempt, len(poison.errors)) == ("failed", 3, 3)
+
+    (snoozed,) = _jobs("wait_for_upload")
+    assert (snoozed.status, snoozed.attempt, snoozed.max_attempts) == ("succeeded", 2, 2)
+    assert snoozed.errors == []
+
+    daily, quarterly = _jobs("build_report")
+    assert (daily.status, daily.attempt, daily.result) == (
+        "succeeded", 1, {"report": "daily-sales", "sections": 4},
+    )  # fmt: skip
+    assert (quarterly.status, quarterly.attempt) == ("cancelled", 0)
+    (export,) = _jobs("export_archive")
+    assert (export.status, export.attempt) == ("cancelled", 1)
+    assert 3 <= export.progress_current < export.progress_total
+
+    (rates,) = _jobs("fetch_exchange_rates")
+    assert (rates.status, rates.result) == ("succeeded", {"currency": "USD", "EUR": 1.0})
+    images = _jobs("resize_image")
+    assert [(j.status, j.progress_current, j.progress_total) for j in images] == [
+        ("succeeded", 4, 4),
+        ("succeeded", 4, 4),
+    ]
+
+    text = out.getvalue()
+    assert "rows stored = 0" in text
+    assert "enqueued twice with one unique_key -> the same job" in text
+    assert "Summary" in text
+    assert "  total                          15         11          2          2" in text
+    assert "Dead-letter queue: 2 failed job(s)" in text
+    assert "Discard: contact 4711 was deleted upstream" in text
+    assert "15 of 15 jobs finished in" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_starts_from_a_clean_slate_and_leaves_other_jobs_alone() -> None:
+    from testproject.testapp.tasks import add
+
+    other = add.using(delay=3600).enqueue(1, 2)
+    call_command("demo", "--quick", stdout=StringIO())
+    first_ids = set(Job.objects.filter(task_name__startswith=PREFIX).values_list("id", flat=True))
+
+    out = StringIO()
+    call_command("demo", "--quick", stdout=out)
+
+    assert "Removed 15 job(s) left by an earlier demo run." in out.getvalue()
+    second_ids = set(Job.objects.filter(task_name__startswith=PREFIX).values_list("id", flat=True))
+    assert len(second_ids) == 15
+    assert not first_ids & second_ids
+    other.refresh_from_db()
+    assert (other.status, other.attempt) == ("ready", 0)
