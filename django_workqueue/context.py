@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .exceptions import JobCancelled
@@ -26,10 +27,19 @@ class JobContext:
     ...         context.set_progress(n, len(rows), "importing")
     """
 
-    def __init__(self, job: ClaimedJob, *, owner: str, driver: Driver) -> None:
+    def __init__(
+        self,
+        job: ClaimedJob,
+        *,
+        owner: str,
+        driver: Driver,
+        on_progress: Callable[[JobContext], None] | None = None,
+    ) -> None:
         self.job = job
         self.owner = owner
         self._driver = driver
+        self._on_progress = on_progress
+        self.progress: tuple[int, int | None, str] | None = None
         self._cancelled: threading.Event | None = None
         self.cancel_requested = False
         self.lease_lost = False
@@ -56,11 +66,27 @@ class JobContext:
         return self.job.id
 
     def set_progress(self, current: int, total: int | None = None, message: str = "") -> bool:
-        """Store progress on the job row; returns False if this worker no longer owns the job."""
+        """Report progress; returns False once this worker has lost the job's lease.
+
+        Inside a worker the value is handed to the worker's control thread, which writes the
+        latest value of every job at its next pass (promptly: the call wakes it). The task's
+        own connection and transaction are never used, so an ``atomic=True`` body may report
+        progress too, and a burst of calls costs one write.
+        """
+        self.progress = (int(current), None if total is None else int(total), str(message)[:500])
+        if self._on_progress is None:  # run outside a worker (tests, tools): write now
+            return self.write_progress()
+        self._on_progress(self)
+        return not self.lease_lost
+
+    def write_progress(self) -> bool:
+        """Write the latest reported progress (fenced by lease owner and attempt)."""
+        if self.progress is None:
+            return True
+        current, total, message = self.progress
         return self._driver.set_progress(
-            self.owner, self.job.id, self.job.attempt, int(current),
-            None if total is None else int(total), str(message)[:500],
-        )  # fmt: skip
+            self.owner, self.job.id, self.job.attempt, current, total, message
+        )
 
     def raise_if_cancelled(self) -> None:
         """Raise ``JobCancelled`` if the job should stop now."""

@@ -31,7 +31,8 @@ class LeaseKeeper:
     def __init__(self, driver: Driver, owner: str) -> None:
         self.driver = driver
         self.owner = owner
-        self.next_renewal = float("inf")
+        # An idle worker still beats (its WorkerProcess row shows it alive).
+        self.next_renewal = time.monotonic() + float(conf.HEARTBEAT_INTERVAL)
 
     def interval(self, running: Mapping[int, RunningJob]) -> float:
         """Renew at a third of the shortest lease, and at least every HEARTBEAT_INTERVAL."""

@@ -81,6 +81,7 @@ class Worker:
         self._running: dict[int, RunningJob] = {}  # leased by us: executing or being recorded
         self._executing = 0  # jobs handed to slots whose body has not returned yet
         self._outcomes: collections.deque[Outcome] = collections.deque()
+        self._progress: dict[int, JobContext] = {}  # reported, not yet written
         self._lock = threading.Lock()
         self._inbox: queue_module.SimpleQueue[ClaimedJob | None] = queue_module.SimpleQueue()
         self._slots: list[threading.Thread] = []
@@ -149,6 +150,7 @@ class Worker:
         """One pass: claim into free slots, renew leases and reap when due. Returns # claimed."""
         claimed = 0
         try:
+            self._write_progress()  # before the outcomes: a job's last report must land
             self._flush()
             claimed = self._fill()
             now = time.monotonic()
@@ -172,6 +174,17 @@ class Worker:
             )  # fmt: skip
             connections[self.alias].close()
         return claimed
+
+    def _on_progress(self, context: JobContext) -> None:
+        with self._lock:
+            self._progress[context.job.id] = context
+        self.wake.set()
+
+    def _write_progress(self) -> None:
+        with self._lock:
+            reported, self._progress = self._progress, {}
+        for context in reported.values():
+            context.write_progress()
 
     def _flush(self) -> None:
         """Write all finished jobs' outcomes in one statement."""
@@ -211,7 +224,9 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             for job in jobs:
-                context = JobContext(job, owner=self.id, driver=self.driver)
+                context = JobContext(
+                    job, owner=self.id, driver=self.driver, on_progress=self._on_progress
+                )
                 task = find_task(job.task_name)
                 stale = self._running.get(job.id)
                 if stale is not None:  # reaped, then claimed again while its body runs here
@@ -299,6 +314,7 @@ class Worker:
             with self._lock:
                 running = dict(self._running)
             try:
+                self._write_progress()
                 self._flush()
                 if self.leases.due(time.monotonic()):
                     self.leases.renew(running)
