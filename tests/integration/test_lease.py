@@ -1,0 +1,259 @@
+"""Leases: the reaper and the driver's renew / record fences with an injected clock, and the
+heartbeat of a real worker (cancellation, lost leases, graceful stop) on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_workqueue import operations
+from django_workqueue.db import Outcome, OutcomeKind, driver_for
+from django_workqueue.maintenance import reaper
+from django_workqueue.models import Job
+from testproject.testapp.tasks import sleep_for, wait_for_cancel
+from tests.factories import JobFactory
+from tests.integration.helpers import (
+    db_now,
+    expire_and_reap,
+    first_attempt_results,
+    fresh,
+    hold_first_attempt,
+    join_slots,
+    ledger,
+    row_snapshot,
+    workqueue_settings,
+)
+from tests.waiting import wait_until
+
+EXC = "django_workqueue.exceptions"
+LATER = dt.timedelta(minutes=10)
+
+
+def driver():
+    return driver_for("default")
+
+
+# --- the reaper, with the clock injected --------------------------------------------------
+
+
+@pytest.mark.django_db
+class TestReaper:
+    def test_expired_lease_returns_the_job_to_ready_and_keeps_the_attempt(self):
+        job = JobFactory(running=True, lease_owner="worker-gone")
+        untouched = JobFactory(running=True)
+        now = job.lease_expires_at + dt.timedelta(seconds=1)
+        untouched.lease_expires_at = now + dt.timedelta(seconds=30)
+        untouched.save()
+        untouched_before = row_snapshot(untouched.pk)
+
+        assert reaper.run_once(now=now) == 1
+
+        job = fresh(job)
+        assert (job.status, job.attempt, job.max_attempts) == ("ready", 1, 3)
+        assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
+        assert job.run_after == now
+        [error] = job.errors
+        assert (error["attempt"], error["type"], error["traceback"]) == (1, "LeaseExpired", None)
+        assert "worker-gone" in error["message"]
+        assert row_snapshot(untouched.pk) == untouched_before
+
+    def test_a_job_whose_attempts_are_spent_fails(self):
+        job = JobFactory(running=True, attempt=3, max_attempts=3)
+
+        assert reaper.run_once(now=timezone.now() + LATER) == 1
+
+        job = fresh(job)
+        assert (job.status, job.attempt) == ("failed", 3)
+        assert job.finished_at is not None
+        assert [e["type"] for e in job.errors] == ["LeaseExpired"]
+        assert list(Job.objects.dead_letters()) == [job]
+
+    def test_a_job_with_a_cancel_request_ends_cancelled(self):
+        job = JobFactory(running=True, cancel_requested_at=timezone.now())
+
+        assert reaper.run_once(now=timezone.now() + LATER) == 1
+
+        job = fresh(job)
+        assert (job.status, job.attempt) == ("cancelled", 1)
+        assert job.finished_at is not None
+
+    def test_unexpired_leases_and_other_statuses_are_untouched(self):
+        jobs = [
+            JobFactory(running=True),
+            JobFactory(),
+            JobFactory(failed=True),
+            JobFactory(status="succeeded", attempt=1),
+        ]
+        before = [row_snapshot(job.pk) for job in jobs]
+
+        assert reaper.run_once(now=timezone.now()) == 0
+
+        assert [row_snapshot(job.pk) for job in jobs] == before
+
+    def test_two_reapers_in_a_row_reap_once(self):
+        job = JobFactory(expired=True)
+
+        assert reaper.run_once(now=timezone.now()) == 1
+        assert reaper.run_once(now=timezone.now()) == 0
+
+        job = fresh(job)
+        assert (job.status, job.attempt, len(job.errors)) == ("ready", 1, 1)
+
+    def test_without_an_injected_clock_the_database_clock_is_used(self):
+        expired, alive = JobFactory(expired=True), JobFactory(running=True)
+
+        assert reaper.run_once() == 1
+
+        assert (fresh(expired).status, fresh(alive).status) == ("ready", "running")
+
+
+# --- the driver's renew and record fences -------------------------------------------------
+
+
+@pytest.mark.django_db
+class TestFences:
+    def test_renew_extends_only_own_leases_of_that_attempt_and_reports_cancels(self):
+        past = timezone.now() - dt.timedelta(seconds=5)
+        mine = JobFactory(running=True, lease_owner="w1", lease_expires_at=past)
+        cancel = JobFactory(
+            running=True, lease_owner="w1", lease_expires_at=past, cancel_requested_at=past
+        )
+        other_owner = JobFactory(running=True, lease_owner="w2", lease_expires_at=past)
+        next_attempt = JobFactory(running=True, lease_owner="w1", attempt=2, lease_expires_at=past)
+        not_running = JobFactory(lease_owner="w1", lease_expires_at=past, attempt=1)
+        leases = [(job.pk, 1) for job in (mine, cancel, other_owner, next_attempt, not_running)]
+        others = [other_owner, next_attempt, not_running]
+        others_before = [row_snapshot(job.pk) for job in others]
+
+        renewed = driver().renew("w1", leases)
+
+        assert renewed == {mine.pk: False, cancel.pk: True}
+        now = db_now()
+        for job in (mine, cancel):
+            expires = fresh(job).lease_expires_at
+            assert abs(expires - (now + dt.timedelta(seconds=60))) < dt.timedelta(seconds=5)
+        assert [row_snapshot(job.pk) for job in others] == others_before
+
+    def test_renew_of_nothing_is_a_no_op(self):
+        assert driver().renew("w1", []) == {}
+
+    def test_a_stale_owners_record_changes_nothing(self):
+        job = JobFactory()
+        [first] = driver().claim(["default"], 1, "owner-a")
+        later = timezone.now() + LATER  # owner-a's lease has expired by then
+        assert reaper.run_once(now=later) == 1
+        [second] = driver().claim(["default"], 1, "owner-b", now=later)
+        assert (first.attempt, second.attempt) == (1, 2)
+        before = row_snapshot(job.pk)
+
+        def succeeded(attempt: int) -> Outcome:
+            return Outcome(
+                job_id=job.pk, attempt=attempt, kind=OutcomeKind.SUCCEEDED, max_attempts=3,
+                result_json='"stale"',
+            )  # fmt: skip
+
+        assert driver().record("owner-a", succeeded(1)) is False
+        assert driver().record("owner-a", succeeded(2)) is False  # the attempt, not the owner
+        assert driver().record("owner-b", succeeded(1)) is False  # the owner, not the attempt
+        assert driver().set_progress("owner-a", job.pk, 1, 5, 10, "stale") is False
+        assert row_snapshot(job.pk) == before
+
+        assert driver().record("owner-b", succeeded(2)) is True  # the owner can
+        job = fresh(job)
+        assert (job.status, job.result, job.attempt) == ("succeeded", "stale", 2)
+
+
+# --- a real worker's heartbeat ------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@workqueue_settings(HEARTBEAT_INTERVAL=0.2)
+def test_cancelling_a_running_job_stops_it_and_it_ends_cancelled(background_worker):
+    background_worker()
+    job = wait_for_cancel.enqueue()
+    wait_until(lambda: ledger(job) == [(1, "started")], timeout=10)
+
+    result = operations.cancel_job(job)
+
+    assert result.action == "cancel_requested"
+    wait_until(lambda: fresh(job).status == "cancelled", timeout=10)
+    job = fresh(job)
+    assert (job.attempt, job.result) == (1, None)
+    assert job.finished_at is not None
+    assert [e["type"] for e in job.errors] == [f"{EXC}.JobCancelled"]
+    assert ledger(job) == [(1, "started")]  # not retried
+
+
+@pytest.mark.django_db(transaction=True)
+@workqueue_settings(HEARTBEAT_INTERVAL=0.2)
+def test_heartbeats_do_not_cancel_a_job_nobody_cancelled(background_worker):
+    # The control for the cancel test above: several renewals pass while the job runs.
+    background_worker()
+    job = wait_for_cancel.enqueue(limit=1.0)
+
+    wait_until(lambda: fresh(job).is_finished, timeout=10)
+
+    job = fresh(job)
+    assert (job.status, job.result, job.errors) == (
+        "succeeded",
+        "finished without cancellation",
+        [],
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@workqueue_settings(HEARTBEAT_INTERVAL=0.2)
+def test_a_reaped_job_is_cancelled_on_its_worker_and_runs_again(background_worker):
+    background_worker(concurrency=2)
+    job = hold_first_attempt.enqueue()
+    wait_until(lambda: ledger(job) == [(1, "start")], timeout=10)
+
+    with expire_and_reap(job):
+        pass
+
+    # The worker's heartbeat finds the lease gone and cancels attempt 1, whose late success
+    # is fenced out; the reaped job is claimed again and attempt 2 succeeds.
+    wait_until(lambda: fresh(job).status == "succeeded", timeout=15)
+    wait_until(lambda: (1, "late") in ledger(job), timeout=15)
+    assert first_attempt_results.pop(job.pk) == {"cancelled": True, "lease_lost": True}
+    job = fresh(job)
+    assert (job.result, job.attempt) == ("attempt 2", 2)
+    assert [(e["attempt"], e["type"]) for e in job.errors] == [(1, "LeaseExpired")]
+    assert sorted(ledger(job)) == [(1, "late"), (1, "start"), (2, "start")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_past_the_grace_period_releases_the_job_without_charging_it(background_worker):
+    worker = background_worker(grace_seconds=0.05)
+    job = sleep_for.enqueue(1.5)
+    wait_until(lambda: ledger(job) == [(1, "started")], timeout=10)
+
+    worker.stop()
+
+    wait_until(lambda: fresh(job).status == "ready", timeout=10)
+    job = fresh(job)
+    assert (job.attempt, job.max_attempts) == (1, 4)  # the attempt was given back
+    assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
+    assert job.errors == []
+    # The body still finishes on its slot; its late success must not be written.
+    join_slots(worker)
+    assert ledger(job) == [(1, "started"), (1, "finished")]
+    job = fresh(job)
+    assert (job.status, job.result) == ("ready", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_within_a_long_grace_period_lets_the_job_finish(background_worker):
+    worker = background_worker(grace_seconds=30)
+    job = sleep_for.enqueue(0.5)
+    wait_until(lambda: ledger(job) == [(1, "started")], timeout=10)
+
+    worker.stop()
+
+    wait_until(lambda: fresh(job).is_finished, timeout=15)
+    job = fresh(job)
+    assert (job.status, job.result, job.attempt, job.max_attempts) == ("succeeded", 0.5, 1, 3)
+    assert ledger(job) == [(1, "started"), (1, "finished")]

@@ -1,0 +1,108 @@
+"""LISTEN/NOTIFY wake-ups of an idle worker, and the listener's reconnection.
+
+PostgreSQL only by design: SQLite has no LISTEN/NOTIFY; its workers hear of work by polling
+and by in-process wake-ups, which the worker tests cover on both databases.
+
+The worker polls every 30 s and renews leases at most every 60 s, and the in-process wake-up
+(which would wake a worker living in the enqueueing process) is switched off: a job that runs
+within a few seconds was announced by NOTIFY, not found by polling.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from django_workqueue.worker import wakeup
+from django_workqueue.worker.runner import Worker
+from testproject.testapp.tasks import add, send_mail
+from tests.integration.helpers import fresh, workqueue_settings
+from tests.waiting import wait_until
+
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.django_db(transaction=True),
+]
+
+POLL_INTERVAL = 30.0
+WAKE_TIMEOUT = 8.0  # well below the poll interval, generous for a busy machine
+
+
+@pytest.fixture
+def notifications(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """What the worker's listener delivered; the in-process wake-up is disabled."""
+    received: list[str | None] = []
+    on_notify = Worker._on_notify
+
+    def recording(self: Worker, queue: str | None) -> None:
+        received.append(queue)
+        on_notify(self, queue)
+
+    monkeypatch.setattr(Worker, "_on_notify", recording)
+    monkeypatch.setattr(wakeup, "wake", lambda queues: None)
+    return received
+
+
+def listen_backends() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def start_idle_worker(background_worker, notifications) -> None:
+    background_worker(poll_interval=POLL_INTERVAL, concurrency=1)
+    # Connected: the listener reports (None) once it listens, and its backend shows LISTEN.
+    wait_until(lambda: None in notifications, timeout=10, message="the listener to connect")
+    # A stopped worker's listener lets go of its backend within a second: wait for ours alone.
+    wait_until(lambda: len(listen_backends()) == 1, timeout=10, message="one LISTEN backend")
+
+
+@workqueue_settings(HEARTBEAT_INTERVAL=60)
+def test_notify_wakes_an_idle_worker(background_worker, notifications):
+    start_idle_worker(background_worker, notifications)
+
+    for n in range(3):  # each round after the previous one: the worker is idle again
+        job = add.enqueue(n, n)
+        wait_until(lambda job=job: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
+        assert fresh(job).result == 2 * n
+    assert notifications.count("default") >= 3
+
+
+@workqueue_settings(HEARTBEAT_INTERVAL=60)
+def test_notify_for_a_queue_the_worker_does_not_serve_is_ignored(background_worker, notifications):
+    background_worker(poll_interval=POLL_INTERVAL, concurrency=1, queues=["default"])
+    wait_until(lambda: None in notifications, timeout=10, message="the listener to connect")
+
+    mail = send_mail.enqueue("ada@example.com")
+    job = add.enqueue(1, 2)
+
+    wait_until(lambda: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
+    assert "mail" in notifications
+    assert (fresh(mail).status, fresh(mail).attempt) == ("ready", 0)
+
+
+@workqueue_settings(HEARTBEAT_INTERVAL=60)
+def test_listener_reconnects_after_its_backend_is_killed(background_worker, notifications):
+    start_idle_worker(background_worker, notifications)
+    [old_backend] = listen_backends()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old_backend])
+        assert cursor.fetchone()[0] is True
+
+    new_backends = wait_until(
+        lambda: [pid for pid in listen_backends() if pid != old_backend],
+        timeout=15,
+        message="the listener to reconnect",
+    )
+    assert len(new_backends) == 1
+    assert old_backend not in listen_backends()
+    wait_until(lambda: notifications.count(None) >= 2, timeout=10)  # it polled once on return
+
+    job = add.enqueue(2, 3)
+    wait_until(lambda: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
+    assert fresh(job).result == 5
+    assert "default" in notifications[notifications.index(None, 1) :]
