@@ -1,0 +1,298 @@
+"""System checks: each misconfiguration gets a message naming the problem and the fix."""
+
+from __future__ import annotations
+
+import io
+from unittest import mock
+
+import pytest
+from django.conf import settings
+from django.core import checks
+from django.core.management import call_command, get_commands
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from django_workqueue.checks import (
+    check_database_settings,
+    check_runworker_owner,
+    check_settings,
+    check_task_imports,
+)
+
+WAL = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000"
+GOOD_SQLITE = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": "jobs.sqlite3",
+    "OPTIONS": {"transaction_mode": "IMMEDIATE", "init_command": WAL},
+}
+
+# These tests add aliases to DATABASES that are only read by the checks, never connected to.
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+
+
+def workqueue(**values):
+    """override_settings for WORKQUEUE: the test project's settings plus ``values``."""
+    return override_settings(WORKQUEUE={**settings.WORKQUEUE, **values})
+
+
+def with_jobs_database(alias, entry):
+    """Point WORKQUEUE["DATABASE"] at an extra DATABASES entry (never connected to)."""
+    return override_settings(
+        DATABASES={**settings.DATABASES, alias: entry},
+        WORKQUEUE={**settings.WORKQUEUE, "DATABASE": alias},
+    )
+
+
+def ids(messages):
+    return [m.id for m in messages]
+
+
+def only(messages):
+    assert len(messages) == 1, messages
+    return messages[0]
+
+
+# --- a clean configuration ----------------------------------------------------------------------
+
+
+def test_the_test_project_configuration_gives_no_messages():
+    assert check_settings() == []
+    assert check_database_settings() == []
+    assert check_runworker_owner() == []
+    assert check_task_imports() == []
+
+
+def test_manage_py_check_passes_with_no_warnings():
+    out = io.StringIO()
+    call_command("check", fail_level="WARNING", stdout=out, stderr=io.StringIO())
+    assert "System check identified no issues" in out.getvalue()
+
+
+def test_all_the_defaults_are_valid():
+    with override_settings(WORKQUEUE={}):
+        assert check_settings() == []
+
+
+def test_a_well_configured_sqlite_jobs_database_gives_no_messages():
+    with with_jobs_database("jobs", GOOD_SQLITE):
+        assert check_database_settings() == []
+
+
+def test_a_postgresql_jobs_database_gives_no_messages():
+    entry = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+    with with_jobs_database("jobs", entry):
+        assert check_database_settings() == []
+
+
+def test_the_checks_are_registered_with_django():
+    with workqueue(BOGUS=1):
+        found = [m for m in checks.run_checks() if m.id and m.id.startswith("django_workqueue")]
+    assert ids(found) == ["django_workqueue.E002"]
+
+
+# --- WORKQUEUE settings -------------------------------------------------------------------------
+
+
+def test_an_unknown_key_is_an_error_listing_the_settings():
+    with workqueue(QUEUE=["default"], POLL_INTERVALL=2):
+        messages = check_settings()
+    assert ids(messages) == ["django_workqueue.E002", "django_workqueue.E002"]
+    assert [m.msg for m in messages] == [
+        "WORKQUEUE has an unknown setting 'POLL_INTERVALL'.",
+        "WORKQUEUE has an unknown setting 'QUEUE'.",
+    ]
+    assert all(isinstance(m, checks.Error) for m in messages)
+    assert "POLL_INTERVAL" in messages[0].hint
+    assert "QUEUES" in messages[1].hint
+
+
+def test_workqueue_that_is_not_a_dict_is_an_error():
+    with override_settings(WORKQUEUE=["default"]):
+        message = only(check_settings())
+    assert (message.id, message.msg) == ("django_workqueue.E002", "WORKQUEUE must be a dict.")
+
+
+@pytest.mark.parametrize("queues", [[], "default", ["default", ""], ["default", 7], ["q" * 101]])
+def test_bad_queues_are_an_error(queues):
+    with workqueue(QUEUES=queues, DEFAULT_QUEUE="default"):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == (
+        f"WORKQUEUE['QUEUES'] must be a non-empty list of queue names, got {queues!r}."
+    )
+
+
+def test_a_tuple_of_queues_is_fine():
+    with workqueue(QUEUES=("default", "mail")):
+        assert check_settings() == []
+
+
+def test_default_queue_missing_from_queues_is_an_error():
+    with workqueue(QUEUES=["mail", "reports"]):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == "WORKQUEUE['DEFAULT_QUEUE'] 'default' is not in WORKQUEUE['QUEUES']."
+
+
+def test_a_default_queue_listed_in_queues_is_fine():
+    with workqueue(QUEUES=["mail"], DEFAULT_QUEUE="mail"):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "name", ["POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "RETRY_BACKOFF_MAX"]
+)
+@pytest.mark.parametrize("value", [0, -1, -0.5, True, "1", None])
+def test_non_positive_intervals_are_an_error(name, value):
+    with workqueue(**{name: value}):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == f"WORKQUEUE[{name!r}] must be a positive number, got {value!r}."
+
+
+@pytest.mark.parametrize("name", ["POLL_INTERVAL", "RETRY_BACKOFF_MAX"])
+def test_fractional_intervals_are_fine(name):
+    with workqueue(**{name: 0.25}):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS"],
+)
+@pytest.mark.parametrize("value", [0, -5, 1.5, True, "100"])
+def test_non_positive_integers_are_an_error(name, value):
+    with workqueue(**{name: value}):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == f"WORKQUEUE[{name!r}] must be a positive integer, got {value!r}."
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "0.1"])
+def test_jitter_outside_zero_to_one_is_an_error(value):
+    with workqueue(RETRY_JITTER=value):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == (
+        f"WORKQUEUE['RETRY_JITTER'] must be a fraction from 0 to 1, got {value!r}."
+    )
+
+
+@pytest.mark.parametrize("value", [0, 1, 0.5])
+def test_jitter_bounds_are_inclusive(value):
+    with workqueue(RETRY_JITTER=value):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("value", [-1, "30"])
+def test_a_negative_shutdown_grace_is_an_error(value):
+    with workqueue(SHUTDOWN_GRACE_SECONDS=value):
+        message = only(check_settings())
+    assert message.msg == "WORKQUEUE['SHUTDOWN_GRACE_SECONDS'] must be a number of seconds >= 0."
+
+
+def test_a_zero_shutdown_grace_is_fine():
+    with workqueue(SHUTDOWN_GRACE_SECONDS=0):
+        assert check_settings() == []
+
+
+def test_every_bad_value_is_reported_at_once():
+    with workqueue(POLL_INTERVAL=0, MAX_PAYLOAD_BYTES=-1, RETRY_JITTER=2):
+        assert len(check_settings()) == 3
+
+
+def test_use_tz_off_is_an_error():
+    with override_settings(USE_TZ=False):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E005"
+    assert "needs USE_TZ = True" in message.msg
+    assert message.hint == "Set USE_TZ = True in your settings."
+
+
+# --- the jobs database --------------------------------------------------------------------------
+
+
+def test_a_jobs_database_missing_from_databases_is_an_error():
+    with workqueue(DATABASE="jobs"):
+        message = only(check_database_settings())
+    assert message.id == "django_workqueue.E001"
+    assert message.msg == "WORKQUEUE['DATABASE'] is 'jobs', which is not in DATABASES."
+    assert message.hint == "Use one of: default."
+
+
+def test_an_unsupported_vendor_is_an_error():
+    entry = {"ENGINE": "django.db.backends.mysql", "NAME": "legacy"}
+    with with_jobs_database("legacy", entry):
+        message = only(check_database_settings())
+    assert message.id == "django_workqueue.E001"
+    assert message.msg == (
+        "django-workqueue supports PostgreSQL and SQLite; database 'legacy' uses "
+        "django.db.backends.mysql."
+    )
+    assert message.hint == "Point WORKQUEUE['DATABASE'] at a PostgreSQL or SQLite database."
+
+
+def test_postgis_counts_as_postgresql():
+    entry = {"ENGINE": "django.contrib.gis.db.backends.postgis", "NAME": "geo"}
+    with with_jobs_database("geo", entry):
+        assert check_database_settings() == []
+
+
+def test_sqlite_without_wal_is_a_warning():
+    entry = {**GOOD_SQLITE, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    with with_jobs_database("jobs", entry):
+        message = only(check_database_settings())
+    assert isinstance(message, checks.Warning)
+    assert message.id == "django_workqueue.W003"
+    assert "SQLite database 'jobs' is not in WAL mode" in message.msg
+    assert "PRAGMA journal_mode=WAL" in message.hint
+
+
+def test_sqlite_without_immediate_transactions_is_a_warning():
+    entry = {**GOOD_SQLITE, "OPTIONS": {"init_command": WAL}}
+    with with_jobs_database("jobs", entry):
+        message = only(check_database_settings())
+    assert isinstance(message, checks.Warning)
+    assert message.id == "django_workqueue.W004"
+    assert "SQLite database 'jobs' starts transactions DEFERRED" in message.msg
+    assert message.hint == 'Add OPTIONS["transaction_mode"] = "IMMEDIATE".'
+
+
+def test_sqlite_without_options_gets_both_warnings():
+    entry = {"ENGINE": "django.db.backends.sqlite3", "NAME": "jobs.sqlite3"}
+    with with_jobs_database("jobs", entry):
+        assert ids(check_database_settings()) == [
+            "django_workqueue.W003",
+            "django_workqueue.W004",
+        ]
+
+
+def test_sqlite_options_are_read_loosely():
+    options = {"transaction_mode": "immediate", "init_command": "pragma JOURNAL_MODE = wal"}
+    with with_jobs_database("jobs", {**GOOD_SQLITE, "OPTIONS": options}):
+        assert check_database_settings() == []
+
+
+# --- the runworker command ----------------------------------------------------------------------
+
+
+def test_runworker_belongs_to_django_workqueue():
+    assert get_commands()["runworker"] == "django_workqueue"
+
+
+def test_a_shadowed_runworker_is_an_error_naming_the_fix():
+    with mock.patch("django_workqueue.checks.get_commands", return_value={"runworker": "channels"}):
+        message = only(check_runworker_owner())
+    assert isinstance(message, checks.Error)
+    assert message.id == "django_workqueue.E004"
+    assert message.msg == "The runworker command belongs to 'channels', not django_workqueue."
+    assert message.hint == "List 'django_workqueue' before 'channels' in INSTALLED_APPS."
+
+
+def test_a_shadowed_runworker_fails_manage_py_check():
+    with (
+        mock.patch("django_workqueue.checks.get_commands", return_value={"runworker": "channels"}),
+        pytest.raises(SystemCheckError) as raised,
+    ):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    assert "django_workqueue.E004" in str(raised.value)
