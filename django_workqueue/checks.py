@@ -70,7 +70,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id="django_workqueue.E002",
                 )
             )
-    if not isinstance(conf.RETRY_JITTER, int | float) or not 0 <= conf.RETRY_JITTER <= 1:
+    jitter = conf.RETRY_JITTER
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         errors.append(
             checks.Error(
                 f"WORKQUEUE['RETRY_JITTER'] must be a fraction from 0 to 1, "
@@ -78,7 +79,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
-    if not isinstance(conf.SHUTDOWN_GRACE_SECONDS, int | float) or conf.SHUTDOWN_GRACE_SECONDS < 0:
+    grace = conf.SHUTDOWN_GRACE_SECONDS
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
         errors.append(
             checks.Error(
                 "WORKQUEUE['SHUTDOWN_GRACE_SECONDS'] must be a number of seconds >= 0.",

@@ -168,7 +168,11 @@ def _insert(
         except IntegrityError:
             existing = (
                 Job.objects.using(alias)
-                .filter(unique_key=template.unique_key, status__in=ACTIVE)
+                .filter(
+                    task_name=template.task_name,
+                    unique_key=template.unique_key,
+                    status__in=ACTIVE,
+                )
                 .first()
             )
             if existing is None:  # the holder finished between our insert and this read

@@ -5,7 +5,7 @@ Indexes are designed for the hot path, not added by accident:
 * ``wq_job_claim`` covers the claim's whole ``ORDER BY`` (queue, priority DESC, run_after, id) and
   holds ``ready`` rows only, so it stays small while finished rows pile up;
 * ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
-* ``wq_job_unique_active`` makes ``unique_key`` unique among jobs that are not finished.
+* ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Job(models.Model):
         ]
         constraints = [
             models.UniqueConstraint(
-                fields=["unique_key"],
+                fields=["task_name", "unique_key"],
                 name="wq_job_unique_active",
                 condition=models.Q(status__in=["blocked", "ready", "running"]),
             ),

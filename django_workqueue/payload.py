@@ -75,7 +75,12 @@ def encode(value: Any, path: str, owner: str) -> str:
         raise PayloadNotJSON(
             f"{owner}: {where} {reason}. Job arguments and results are stored as JSON only."
         )
-    return _encoder.encode(value)
+    try:
+        return _encoder.encode(value)
+    except RecursionError:
+        raise PayloadNotJSON(
+            f"{owner}: {path} is nested too deeply to encode as JSON; flatten it."
+        ) from None
 
 
 def check_size(encoded_size: int, limit: int, what: str, setting: str) -> None:

@@ -168,7 +168,7 @@ def test_non_positive_integers_are_an_error(name, value):
     assert message.msg == f"WORKQUEUE[{name!r}] must be a positive integer, got {value!r}."
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.5, "0.1"])
+@pytest.mark.parametrize("value", [-0.1, 1.5, "0.1", True])
 def test_jitter_outside_zero_to_one_is_an_error(value):
     with workqueue(RETRY_JITTER=value):
         message = only(check_settings())
@@ -184,7 +184,7 @@ def test_jitter_bounds_are_inclusive(value):
         assert check_settings() == []
 
 
-@pytest.mark.parametrize("value", [-1, "30"])
+@pytest.mark.parametrize("value", [-1, "30", True])
 def test_a_negative_shutdown_grace_is_an_error(value):
     with workqueue(SHUTDOWN_GRACE_SECONDS=value):
         message = only(check_settings())

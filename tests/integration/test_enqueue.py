@@ -677,3 +677,12 @@ def test_a_rolled_back_savepoint_does_not_wake_but_the_outer_commit_does(wake_ev
         add.using(queue="reports").enqueue(1, 2)
     assert not mail.is_set()
     assert reports.is_set()
+
+
+@pytest.mark.django_db
+def test_unique_keys_of_different_tasks_do_not_collide():
+    first = add.using(unique_key="shared").enqueue(1, 2)
+    other = send_mail.using(unique_key="shared").enqueue("a@example.com")
+    assert other.duplicate is False
+    assert other.pk != first.pk
+    assert Job.objects.filter(unique_key="shared").count() == 2

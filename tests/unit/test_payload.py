@@ -187,3 +187,14 @@ def test_check_size_names_the_setting_it_was_given():
 
 def test_payload_too_large_is_an_enqueue_error():
     assert issubclass(PayloadTooLarge, EnqueueError)
+
+
+def test_a_payload_nested_too_deeply_is_refused_with_a_clear_error():
+    deep: list = []
+    node = deep
+    for _ in range(5000):
+        child: list = []
+        node.append(child)
+        node = child
+    with pytest.raises(PayloadNotJSON, match="nested too deeply"):
+        encode(deep, "args", "t")
