@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -128,6 +129,15 @@ def leaks_transaction(context: Any) -> str:
     """Leaves an atomic block open on its slot's connection (a buggy task)."""
     transaction.atomic().__enter__()
     return "leaked"
+
+
+@task
+def reports_twice(context: Any) -> int:
+    """Reports progress, works a moment, reports its last step and returns at once."""
+    context.set_progress(1, 2, "halfway")
+    time.sleep(0.005)  # the work between two reports
+    context.set_progress(2, 2, "done")
+    return 2
 
 
 @task

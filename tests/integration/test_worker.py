@@ -10,12 +10,14 @@ import datetime as dt
 import os
 import socket
 import threading
+import time
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect, LedgerEntry
 from testproject.testapp.tasks import (
     add,
@@ -43,6 +45,7 @@ from tests.integration.helpers import (
     ledger,
     ledger_order,
     parse_at,
+    reports_twice,
     workqueue_settings,
 )
 from tests.waiting import wait_until
@@ -326,6 +329,29 @@ def test_progress_is_stored(drain):
     job = fresh(job)
     assert (job.status, job.result) == ("succeeded", 4)
     assert job.progress == {"current": 4, "total": 4, "message": "step 4"}
+
+
+def test_the_last_progress_report_lands_before_the_outcome_for_every_job(drain, monkeypatch):
+    # Reports are written by the control thread. Widen the gap between its progress pass and
+    # its outcome pass, so jobs finish inside it: the outcome write must never overtake the
+    # job's last report (it would fence the report out).
+    original = Worker._write_progress
+
+    def slow_write_progress(self):
+        original(self)
+        time.sleep(0.02)  # widens a race window; nothing waits on it
+
+    monkeypatch.setattr(Worker, "_write_progress", slow_write_progress)
+    # Each job's first report wakes the control thread; its last report and its outcome
+    # arrive while that pass is still in its widened window.
+    jobs = reports_twice.enqueue_many([((), {})] * 12)
+
+    drain(concurrency=4)
+
+    stored = Job.objects.filter(pk__in=[j.pk for j in jobs])
+    assert {(j.status, j.progress_current, j.progress_message) for j in stored} == {
+        ("succeeded", 2, "done")
+    }
 
 
 def test_result_that_is_not_json_fails_the_job(drain):

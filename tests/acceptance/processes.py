@@ -1,0 +1,175 @@
+"""Real ``manage.py runworker`` subprocesses for the acceptance tests.
+
+A ``RunworkerProcess`` is one worker started with the test interpreter from the repository root,
+connected to the very database pytest-django created for the session (see ``database_url``);
+its stdout and stderr go to files so that a failing test can show them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from tests.waiting import wait_until
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANAGE_PY = REPO_ROOT / "manage.py"
+
+# Short intervals so that recovery happens within seconds; the engine's defaults are for
+# production. The reaper runs often so that an expired lease is reaped soon after it expires.
+FAST_SETTINGS = {
+    "WORKQUEUE_POLL_INTERVAL": "0.1",
+    "WORKQUEUE_REAPER_INTERVAL": "0.2",
+    "WORKQUEUE_LOG_LEVEL": "INFO",
+}
+
+
+def database_url(settings_dict: Mapping[str, Any]) -> str:
+    """A DATABASE_URL naming the database behind ``settings_dict`` (the live test database)."""
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        # sqlite:/// + an absolute path: four slashes, django-environ keeps the leading one.
+        return f"sqlite:///{Path(settings_dict['NAME']).resolve()}"
+    if engine.endswith("postgresql"):
+        user = quote(settings_dict.get("USER") or "", safe="")
+        password = settings_dict.get("PASSWORD") or ""
+        userinfo = f"{user}:{quote(password, safe='')}" if password else user
+        host = settings_dict.get("HOST") or "127.0.0.1"
+        port = settings_dict.get("PORT") or 5432
+        return f"postgres://{userinfo}@{host}:{port}/{quote(settings_dict['NAME'], safe='')}"
+    raise NotImplementedError(f"no DATABASE_URL for {engine}")
+
+
+def worker_environment(settings_dict: Mapping[str, Any], **overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(settings_dict),
+        DJANGO_SETTINGS_MODULE="testproject.settings",
+        PYTHONUNBUFFERED="1",  # stdout is a file: flush every line so failures show it all
+        **FAST_SETTINGS,
+    )
+    env.update(overrides)
+    return env
+
+
+def run_manage(args: Iterable[str], env: Mapping[str, str], timeout: float = 60) -> Any:
+    """Run ``manage.py <args>`` to completion; return the ``CompletedProcess`` (text output)."""
+    return subprocess.run(
+        [sys.executable, str(MANAGE_PY), *args],
+        cwd=REPO_ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class WorkerExited(AssertionError):
+    """A worker process ended while a test still expected it to run."""
+
+
+class RunworkerProcess:
+    """One ``manage.py runworker`` process with its own ``--worker-id`` (the lease owner)."""
+
+    def __init__(
+        self, name: str, args: Iterable[str], env: Mapping[str, str], log_dir: Path
+    ) -> None:
+        self.name = name
+        self.worker_id = f"{name}-{uuid.uuid4().hex[:12]}"
+        self.args = ["runworker", "--worker-id", self.worker_id, *args]
+        self.stdout_path = log_dir / f"{self.worker_id}.stdout"
+        self.stderr_path = log_dir / f"{self.worker_id}.stderr"
+        with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
+            self.popen = subprocess.Popen(
+                [sys.executable, str(MANAGE_PY), *self.args],
+                cwd=REPO_ROOT,
+                env=dict(env),
+                stdout=stdout,
+                stderr=stderr,
+            )
+
+    def __repr__(self) -> str:
+        return f"<runworker {self.worker_id} pid={self.pid} returncode={self.returncode}>"
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def send(self, signum: signal.Signals) -> None:
+        self.popen.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL (works on a SIGSTOPped process too) and reap the process."""
+        if self.alive:
+            self.popen.kill()
+        self.popen.wait(timeout=30)
+
+    def wait(self, timeout: float = 30) -> int:
+        """Wait for the process to exit and return its exit code (-N: killed by signal N)."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self!r} still running after {timeout}s\n{self.describe()}"
+            ) from None
+
+    def logged(self, text: str) -> bool:
+        """Whether the worker's log (stderr, where the logging handler writes) contains ``text``."""
+        return text in self.stderr
+
+    def wait_logged(self, text: str, timeout: float = 30) -> None:
+        wait_for(lambda: self.logged(text), alive=[self], timeout=timeout, message=repr(text))
+
+    def wait_started(self, timeout: float = 30) -> None:
+        self.wait_logged(f"worker {self.worker_id} started", timeout=timeout)
+
+    def describe(self) -> str:
+        return (
+            f"--- {self!r}: {' '.join(self.args)}\n"
+            f"--- stdout:\n{self.stdout}\n--- stderr:\n{self.stderr}"
+        )
+
+
+def wait_for(
+    condition: Callable[[], T],
+    *,
+    alive: Iterable[RunworkerProcess] = (),
+    timeout: float = 30,
+    message: str = "",
+) -> T:
+    """``wait_until`` that fails at once, with the logs, if a worker in ``alive`` has exited."""
+    expected = list(alive)
+
+    def check() -> T:
+        for process in expected:
+            if not process.alive:
+                raise WorkerExited(f"{process!r} exited unexpectedly\n{process.describe()}")
+        return condition()
+
+    return wait_until(check, timeout=timeout, interval=0.02, message=message)

@@ -1,0 +1,61 @@
+"""``runworker`` rejects bad arguments: it exits non-zero, names the problem and runs nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.states import Status
+from testproject.testapp.tasks import add
+
+from .processes import run_manage
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected_code", "message"),
+    [
+        (["--queues", "nosuch"], 1, "unknown queue(s) nosuch; WORKQUEUE['QUEUES'] has default"),
+        (["--queues", " , "], 2, "argument --queues: give at least one queue name"),
+        (["--concurrency", "0"], 2, "argument --concurrency: 0 must be at least 1"),
+        (["--concurrency", "two"], 2, "argument --concurrency: 'two' is not a whole number"),
+        (["--max-jobs", "0"], 2, "argument --max-jobs: 0 must be at least 1"),
+        (["--poll-interval", "-1"], 2, "argument --poll-interval: -1 must be more than 0 seconds"),
+    ],
+)
+def test_invalid_arguments_exit_non_zero_naming_the_problem(
+    worker_env: Callable[..., dict[str, str]],
+    args: list[str],
+    expected_code: int,
+    message: str,
+) -> None:
+    job = add.enqueue(1, 2)
+
+    completed = run_manage(["runworker", "--burst", *args], worker_env())
+
+    assert completed.returncode == expected_code, completed
+    assert message in completed.stderr, completed.stderr
+    assert "runworker" not in completed.stdout  # the start banner was never printed
+    # Nothing ran and no worker registered: validation happens before the worker starts.
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == (Status.READY, 0)
+    assert not WorkerProcess.objects.exists()
+
+
+def test_valid_arguments_run_the_worker(worker_env: Callable[..., dict[str, str]]) -> None:
+    """The counterpart: the same invocation with good arguments runs the job and exits 0."""
+    job = add.enqueue(1, 2)
+
+    completed = run_manage(
+        ["runworker", "--burst", "--queues", "default", "--concurrency", "2",
+         "--poll-interval", "0.1"],
+        worker_env(),
+    )  # fmt: skip
+
+    assert completed.returncode == 0, completed
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.result) == (Status.SUCCEEDED, 1, 3)
+    assert Job.objects.count() == 1
