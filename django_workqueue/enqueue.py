@@ -149,9 +149,10 @@ def _unsaved(template: NewJob, call: Call) -> Job:
         max_attempts=template.max_attempts,
         lease_seconds=template.lease_seconds,
         unique_key=template.unique_key,
-        run_after=template.run_at,
         deadline=template.deadline_at,
     )
+    if template.run_at is not None:  # otherwise the database's clock sets it at insert
+        job.run_after = template.run_at
     job.duplicate = False  # type: ignore[attr-defined]
     return job
 

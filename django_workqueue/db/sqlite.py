@@ -61,7 +61,7 @@ class SQLiteDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": batch})
             rows = sorted(cursor.fetchall())  # RETURNING order is unspecified; ids ascend
-        return [(id_, _parse(run_after), _parse(enqueued), _parse(deadline))
+        return [(id_, _parse(run_after), _parse(enqueued), _parse(deadline))  # type: ignore[misc]
                 for id_, run_after, enqueued, deadline in rows]  # fmt: skip
 
     def claim(

@@ -99,6 +99,7 @@ def _run_atomic(
         value = task.spec.func(*args, **job.kwargs)
         outcome = _success(job, value)
         context.finished = True
+        context.write_progress()  # the last report commits with the result
         if not driver.record(context.owner, outcome):
             raise _LostLease
     return outcome

@@ -123,7 +123,7 @@ class Worker:
 
     # --- control loop ---------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def _register(self) -> None:
         WorkerProcess.objects.using(self.alias).update_or_create(
             id=self.id,
             defaults={
@@ -133,6 +133,15 @@ class Worker:
                 "concurrency": self.concurrency,
             },
         )
+        self._registered = True
+
+    def _start(self) -> None:
+        self._registered = False
+        try:
+            self._register()
+        except Exception as exc:  # a locked or restarting database: the ticks retry it
+            logger.warning("worker %s: could not register yet (%s)", self.id, exc)
+            connections[self.alias].close()
         for n in range(self.concurrency):
             slot = threading.Thread(target=self._slot, name=f"workqueue-slot-{n}", daemon=True)
             slot.start()
@@ -150,6 +159,8 @@ class Worker:
         """One pass: claim into free slots, renew leases and reap when due. Returns # claimed."""
         claimed = 0
         try:
+            if not self._registered:
+                self._register()
             self._write_progress()  # before the outcomes: a job's last report must land
             self._flush()
             claimed = self._fill()
@@ -193,6 +204,9 @@ class Worker:
             outcomes.append(self._outcomes.popleft())
         if not outcomes:
             return
+        # A slot reports progress before it hands over the outcome, so every report of these
+        # jobs is in hand now: write them while the rows are still running.
+        self._write_progress()
         try:
             written = self.driver.record_many(self.id, outcomes)
         except Exception:
