@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .exceptions import JobCancelled
+from .payload import storable_text
 
 if TYPE_CHECKING:
     from .db import ClaimedJob, Driver
@@ -73,7 +74,11 @@ class JobContext:
         own connection and transaction are never used, so an ``atomic=True`` body may report
         progress too, and a burst of calls costs one write.
         """
-        self.progress = (int(current), None if total is None else int(total), str(message)[:500])
+        self.progress = (
+            int(current),
+            None if total is None else int(total),
+            storable_text(str(message)[:500]),
+        )
         if self._on_progress is None:  # run outside a worker (tests, tools): write now
             return self.write_progress()
         self._on_progress(self)

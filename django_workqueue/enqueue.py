@@ -23,7 +23,13 @@ from django.utils import timezone
 from . import payload
 from .conf import workqueue_settings as conf
 from .db import NewJob, driver_for
-from .exceptions import InvalidOption, InvalidPriority, NaiveDatetime, UnknownQueue
+from .exceptions import (
+    InvalidOption,
+    InvalidPriority,
+    NaiveDatetime,
+    UniqueKeyConflict,
+    UnknownQueue,
+)
 from .models import Job
 from .states import ACTIVE, Status
 from .worker import wakeup
@@ -158,7 +164,11 @@ def _unsaved(template: NewJob, call: Call) -> Job:
 
 
 def _insert(
-    template: NewJob, calls: list[Call], alias: str, unsaved: list[Job] | None = None
+    template: NewJob,
+    calls: list[Call],
+    alias: str,
+    unsaved: list[Job] | None = None,
+    tries: int = 3,
 ) -> list[Job]:
     driver = driver_for(alias)
     payloads = [(call.args_json, call.kwargs_json) for call in calls]
@@ -177,7 +187,12 @@ def _insert(
                 .first()
             )
             if existing is None:  # the holder finished between our insert and this read
-                return _insert(template, calls, alias, unsaved)
+                if tries <= 1:  # e.g. REPEATABLE READ: this transaction cannot see the holder
+                    raise UniqueKeyConflict(
+                        f"{template.task_name}: unique_key {template.unique_key!r} is held by a "
+                        f"job this transaction cannot see; retry the transaction"
+                    ) from None
+                return _insert(template, calls, alias, unsaved, tries - 1)
             existing.duplicate = True  # type: ignore[attr-defined]
             return [existing]
     else:

@@ -87,6 +87,10 @@ class NaiveDatetime(EnqueueError):
     pass
 
 
+class UniqueKeyConflict(EnqueueError):
+    """The unique key is held by a job the enqueueing transaction cannot see."""
+
+
 # --- raised while running ----------------------------------------------------------------------
 
 

@@ -6,17 +6,19 @@ an ``OperationResult`` naming it; losing a race is reported, never raised.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterable
 
-from django.db.models import F, QuerySet
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.db.models.functions import Now
 
 from .conf import workqueue_settings as conf
 from .models import Job
 from .registry import registered_tasks
-from .states import Status, transition
+from .states import ACTIVE, Status, transition
 
 logger = logging.getLogger("django_workqueue.operations")
 
@@ -90,25 +92,44 @@ def redrive(
     if attempts is not None and (isinstance(attempts, bool) or attempts < 1):
         raise ValueError(f"attempts must be a positive integer, got {attempts!r}")
     (target,) = transition(Status.FAILED, Status.READY)
-    selection = _select(jobs, alias).filter(status=Status.FAILED)
+    failed = _select(jobs, alias).filter(status=Status.FAILED)
+    # A failed job whose unique key another active job of its task holds stays failed:
+    # redriving it would break the key's promise (and the unique index would refuse it).
+    holder = Job.objects.filter(
+        task_name=OuterRef("task_name"), unique_key=OuterRef("unique_key"), status__in=ACTIVE
+    )
+    selection = failed.exclude(Exists(holder))
     tasks = registered_tasks()
     total = 0
     for task_name in set(selection.values_list("task_name", flat=True)):
         task = tasks.get(task_name)
         budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
-        total += selection.filter(task_name=task_name).update(
-            status=target,
-            max_attempts=F("attempt") + budget,
-            run_after=Now(),
-            finished_at=None,
-            cancel_requested_at=None,
-            lease_owner=None,
-            lease_expires_at=None,
-        )
+        rows = selection.filter(task_name=task_name)
+        try:
+            with transaction.atomic(using=rows.db):
+                total += _redrive_rows(rows, target, budget)
+        except IntegrityError:  # a holder appeared meanwhile: go one job at a time
+            for pk in rows.values_list("pk", flat=True):
+                with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
+                    total += _redrive_rows(rows.filter(pk=pk), target, budget)
+    skipped = failed.filter(unique_key__isnull=False).count()  # still failed: held keys
+    message = f"{total} failed job(s) moved back to ready"
+    if skipped:
+        message += f"; {skipped} left failed: another active job of the task holds its unique_key"
     return OperationResult(
-        action="redriven" if total else "unchanged",
-        count=total,
-        message=f"{total} failed job(s) moved back to ready",
+        action="redriven" if total else "unchanged", count=total, message=message
+    )
+
+
+def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
+    return rows.update(
+        status=target,
+        max_attempts=F("attempt") + budget,
+        run_after=Now(),
+        finished_at=None,
+        cancel_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
     )
 
 

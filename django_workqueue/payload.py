@@ -68,7 +68,7 @@ def _is_flat(value: Any) -> bool:
 def encode(value: Any, path: str, owner: str) -> str:
     """JSON-encode ``value`` or raise ``PayloadNotJSON`` naming the offending path."""
     if _is_flat(value):
-        return _encoder.encode(value)
+        return _storable(_encoder.encode(value), value, path, owner)
     problem = find_non_json(value, path)
     if problem is not None:
         where, reason = problem
@@ -76,11 +76,51 @@ def encode(value: Any, path: str, owner: str) -> str:
             f"{owner}: {where} {reason}. Job arguments and results are stored as JSON only."
         )
     try:
-        return _encoder.encode(value)
+        encoded = _encoder.encode(value)
     except RecursionError:
         raise PayloadNotJSON(
             f"{owner}: {path} is nested too deeply to encode as JSON; flatten it."
         ) from None
+    return _storable(encoded, value, path, owner)
+
+
+def _storable(encoded: str, value: Any, path: str, owner: str) -> str:
+    # Cheap screens on the encoded text; the walk runs only when one fires.
+    if "\\u0000" in encoded or not encoded.isascii():
+        reason = _unstorable_text(value)
+        if reason is not None:
+            raise PayloadNotJSON(f"{owner}: a string in {path} {reason}.")
+    return encoded
+
+
+def storable_text(text: str) -> str:
+    """``text`` made safe for any database: NUL (which PostgreSQL cannot store in text or
+    jsonb) and lone surrogates (not UTF-8) become visible escapes."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _unstorable_text(value: Any) -> str | None:
+    """The reason a string inside ``value`` cannot be stored, if one cannot."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "contains a NUL character (\\x00), which PostgreSQL cannot store"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "contains a lone surrogate, which is not valid UTF-8"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
 
 
 def check_size(encoded_size: int, limit: int, what: str, setting: str) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .base import ClaimedJob, Driver, NewJob, Outcome, OutcomeKind
+from .base import ClaimedJob, Driver, NewJob, Outcome, OutcomeKind, Recorded
 
-__all__ = ["ClaimedJob", "Driver", "NewJob", "Outcome", "OutcomeKind", "driver_for"]
+__all__ = [
+    "ClaimedJob", "Driver", "NewJob", "Outcome", "OutcomeKind", "Recorded", "driver_for",
+]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
 _drivers: dict[str, Driver] = {}

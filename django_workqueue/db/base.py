@@ -134,6 +134,12 @@ class Outcome:
         return row
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded:
+    written: set[int]
+    busy: set[int]
+
+
 class Driver:
     """Vendor SQL for one database alias. Subclasses fill in the statements."""
 
@@ -170,13 +176,20 @@ class Driver:
         raise NotImplementedError
 
     def record(self, owner: str, outcome: Outcome) -> bool:
-        """Write one outcome if ``owner`` still holds the job's lease for that attempt."""
-        return outcome.job_id in self.record_many(owner, [outcome])
+        """Write one outcome if ``owner`` still holds the job's lease for that attempt.
 
-    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+        Waits for the row if another session has it locked (an atomic task's success must not
+        be mistaken for a lost lease)."""
+        return outcome.job_id in self.record_many(owner, [outcome]).written
+
+    def record_many(
+        self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
+    ) -> Recorded:
         """Write many outcomes in one statement, each fenced by (id, ``owner``, attempt).
 
-        Returns the ids whose outcome was written; the others' leases were lost meanwhile.
+        ``written`` holds the ids whose outcome was written; with ``skip_locked``, ``busy``
+        holds those whose row another session had locked (try them again later); the rest
+        had lost their lease.
         """
         raise NotImplementedError
 
@@ -193,6 +206,9 @@ class Driver:
     def reap(self, now: datetime | None = None) -> list[int]:
         """Return expired leases to ready (or end them); the crashed attempt stays counted."""
         raise NotImplementedError
+
+    def configure_control_session(self) -> None:
+        """Session settings for a worker's control connection (run once per connection)."""
 
     def notify(self, queues: set[str]) -> None:
         """Tell listening workers of new jobs in ``queues`` (sent when the transaction commits)."""

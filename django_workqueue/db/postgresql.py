@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, NewJob, Outcome
+from .base import ClaimedJob, Driver, NewJob, Outcome, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -113,27 +113,60 @@ class PostgresDriver(Driver):
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
             return {}
+        # `held` reads the leases as committed; only rows nobody else has locked are extended
+        # (SKIP LOCKED). A held row that is locked (a session's open transaction touched it)
+        # is still ours: it is reported held and extended on a later pass, never mistaken for
+        # a lost lease, and never lets one locked row stall this worker's heartbeat.
         sql = (
-            f"UPDATE {self.table} "
-            f"SET lease_expires_at = {CLOCK} + lease_seconds * interval '1 second' "
-            f"WHERE status = 'running' AND lease_owner = %s "
-            f"AND (id, attempt) IN (SELECT * FROM unnest(%s::bigint[], %s::integer[])) "
-            f"RETURNING id, cancel_requested_at IS NOT NULL"
+            f"WITH held AS MATERIALIZED (SELECT id, cancel_requested_at FROM {self.table} "
+            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND (id, attempt) IN "
+            f"  (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))), "
+            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN held ON j.id = held.id "
+            f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED), "
+            f"renewed AS (UPDATE {self.table} AS j "
+            f"  SET lease_expires_at = {CLOCK} + j.lease_seconds * interval '1 second' "
+            f"  FROM free WHERE j.id = free.id AND j.status = 'running' "
+            f"  AND j.lease_owner = %(owner)s RETURNING j.id, j.cancel_requested_at) "
+            f"SELECT held.id, COALESCE(renewed.cancel_requested_at, held.cancel_requested_at) "
+            f"  IS NOT NULL FROM held LEFT JOIN renewed ON renewed.id = held.id"
         )
-        ids = [job_id for job_id, _ in leases]
-        attempts = [attempt for _, attempt in leases]
+        params: dict[str, Any] = {
+            "owner": owner,
+            "ids": [job_id for job_id, _ in leases],
+            "attempts": [attempt for _, attempt in leases],
+        }
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [owner, ids, attempts])
+            cursor.execute(sql, params)
             return dict(cursor.fetchall())
 
-    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+    def configure_control_session(self) -> None:
+        # Outcome writes wait at most this long for a row another session holds locked; they
+        # are then kept and retried on a later pass instead of stalling the control loop.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+
+    def record_many(
+        self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
+    ) -> Recorded:
         if not outcomes:
-            return set()
+            return Recorded(written=set(), busy=set())
         # All outcomes arrive as one jsonb parameter unpacked into rows, so one statement (one
-        # round trip) completes a whole batch while each row keeps its own fence.
+        # round trip) completes a whole batch while each row keeps its own fence. With
+        # skip_locked, rows another session holds locked are left alone and reported busy.
         cancelled = "(NOT v.succeeded AND j.cancel_requested_at IS NOT NULL)"
+        lock = (
+            f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
+            f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
+            if skip_locked
+            else "SELECT id FROM v"
+        )
         sql = (
-            f"UPDATE {self.table} AS j SET "
+            f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
+            f"  id bigint, attempt integer, status text, succeeded boolean, result text, "
+            f"  has_error boolean, etype text, emessage text, etraceback text, "
+            f"  delay double precision, extra_attempts integer)), "
+            f"free AS MATERIALIZED ({lock}), "
+            f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
             f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} THEN {CLOCK} END, "
             f"result = CASE WHEN v.succeeded THEN v.result::jsonb ELSE j.result END, "
@@ -144,15 +177,18 @@ class PostgresDriver(Driver):
             f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
             f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
             f"lease_owner = NULL, lease_expires_at = NULL "
-            f"FROM jsonb_to_recordset(%(batch)s::jsonb) AS v(id bigint, attempt integer, "
-            f"  status text, succeeded boolean, result text, has_error boolean, etype text, "
-            f"  emessage text, etraceback text, delay double precision, extra_attempts integer) "
+            f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id"
+            f"AND j.status = 'running' RETURNING j.id) "
+            f"SELECT v.id, v.id IN (SELECT id FROM written), v.id IN (SELECT id FROM free) FROM v"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
-            return {row[0] for row in cursor.fetchall()}
+            rows = cursor.fetchall()
+        return Recorded(
+            written={job_id for job_id, written, _ in rows if written},
+            busy={job_id for job_id, _, tried in rows if not tried},
+        )
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
@@ -167,20 +203,27 @@ class PostgresDriver(Driver):
             return cursor.rowcount == 1
 
     def reap(self, now: datetime | None = None) -> list[int]:
-        spent = "attempt >= max_attempts"
-        cancel = "cancel_requested_at IS NOT NULL"
+        spent = "j.attempt >= j.max_attempts"
+        cancel = "j.cancel_requested_at IS NOT NULL"
+        # SKIP LOCKED: a row some session holds locked (a long transaction that called
+        # cancel_job, a completion about to commit) is left for a later pass instead of
+        # stalling every worker's reaper behind it. Batches of 1,000 keep each pass short.
         sql = (
-            f"UPDATE {self.table} SET "
+            f"WITH expired AS MATERIALIZED (SELECT id FROM {self.table} "
+            f"  WHERE status = 'running' AND lease_expires_at < {NOW} "
+            f"  ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
             f"  ELSE 'ready' END, "
             f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
             f"run_after = {NOW}, "
-            f"errors = errors || jsonb_build_array(jsonb_build_object("
-            f"  'attempt', attempt, 'at', {NOW}, 'type', 'LeaseExpired', "
-            f"  'message', 'worker ' || lease_owner || ' stopped renewing its lease "
+            f"errors = j.errors || jsonb_build_array(jsonb_build_object("
+            f"  'attempt', j.attempt, 'at', {NOW}, 'type', 'LeaseExpired', "
+            f"  'message', 'worker ' || j.lease_owner || ' stopped renewing its lease "
             f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
             f"lease_owner = NULL, lease_expires_at = NULL "
-            f"WHERE status = 'running' AND lease_expires_at < {NOW} RETURNING id"
+            f"FROM expired WHERE j.id = expired.id AND j.status = 'running' "
+            f"AND j.lease_expires_at < {NOW} RETURNING j.id"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": now})

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, NewJob, Outcome
+from .base import ClaimedJob, Driver, NewJob, Outcome, Recorded
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
@@ -124,9 +124,12 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, params)
             return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}
 
-    def record_many(self, owner: str, outcomes: Sequence[Outcome]) -> set[int]:
+    def record_many(
+        self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
+    ) -> Recorded:
+        # SQLite has no row locks: the statement waits for the write lock, so nothing is busy.
         if not outcomes:
-            return set()
+            return Recorded(written=set(), busy=set())
         # All outcomes arrive as one JSON parameter unpacked by json_each, so one statement
         # completes a whole batch while each row keeps its own fence.
         fields = (
@@ -157,7 +160,7 @@ class SQLiteDriver(Driver):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
-            return {row[0] for row in cursor.fetchall()}
+            return Recorded(written={row[0] for row in cursor.fetchall()}, busy=set())
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str

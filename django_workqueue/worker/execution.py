@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Coroutine
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 
 from .. import payload, retry
 from ..conf import workqueue_settings as conf
@@ -32,7 +32,9 @@ from ..exceptions import (
     Retry,
     Snooze,
     TaskNotRegistered,
+    WorkqueueError,
 )
+from ..payload import storable_text
 from ..registry import Task, get_task
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -151,12 +153,13 @@ def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
     )
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
+def _error(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
     kind = type(exc)
+    trace = "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:] if with_traceback else None
     return {
         "type": f"{kind.__module__}.{kind.__qualname__}",
-        "message": str(exc)[:2000],
-        "traceback": "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:],
+        "message": storable_text(str(exc)[:2000]),
+        "traceback": None if trace is None else storable_text(trace),
     }
 
 
@@ -174,6 +177,43 @@ def log_not_written(outcome: Outcome) -> None:
         "job %s attempt %s: this worker no longer holds the lease; its %s outcome was not "
         "written (the job was reaped, released or cancelled meanwhile)",
         outcome.job_id, outcome.attempt, outcome.kind,
+    )  # fmt: skip
+
+
+# PostgreSQL's lock_timeout and statement cancellation: the session is fine, try again later.
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014"})
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (or the database is down or locked),
+    as opposed to the database refusing one statement."""
+    return isinstance(exc, OperationalError | InterfaceError) and not is_lock_timeout(exc)
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying as it was: a lost connection or a lock wait that timed out."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def close_unusable_connections() -> None:
+    """Close this thread's connections that no longer answer (after a database restart)."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.is_usable():
+            conn.close()
+
+
+def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
+    """A discard saying why ``outcome`` could not be written (the database refused it)."""
+    problem = WorkqueueError(
+        f"the job's {outcome.kind} outcome could not be stored: {type(exc).__name__}: {exc}"
+    )
+    return Outcome(
+        job_id=outcome.job_id, attempt=outcome.attempt, kind=OutcomeKind.DISCARD,
+        max_attempts=outcome.max_attempts, error=_error(problem, with_traceback=False),
     )  # fmt: skip
 
 

@@ -36,7 +36,16 @@ from ..maintenance import reaper
 from ..models import WorkerProcess
 from ..registry import find_task
 from . import wakeup
-from .execution import AsyncLoop, log_not_written, run, tidy_connections
+from .execution import (
+    AsyncLoop,
+    close_unusable_connections,
+    is_connection_error,
+    is_transient,
+    log_not_written,
+    run,
+    tidy_connections,
+    unstorable,
+)
 from .lease import LeaseKeeper, RunningJob
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -83,7 +92,11 @@ class Worker:
         self._outcomes: collections.deque[Outcome] = collections.deque()
         self._progress: dict[int, JobContext] = {}  # reported, not yet written
         self._lock = threading.Lock()
-        self._inbox: queue_module.SimpleQueue[ClaimedJob | None] = queue_module.SimpleQueue()
+        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | None] = (
+            queue_module.SimpleQueue()
+        )
+        self._db_generation = 0  # bumped when the control thread loses its connection
+        self._session: object | None = None  # the control connection last configured
         self._slots: list[threading.Thread] = []
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
@@ -105,7 +118,12 @@ class Worker:
                 free = self.concurrency - self.running_count
                 if claimed and free > 0 and not self._error_backoff:
                     continue  # a full batch came back: more may be waiting
-                self.wake.wait(self._sleep_for())
+                if self._error_backoff:  # wake-ups must not cut a backoff short, but the
+                    # heartbeat must not wait for it either: leases of other jobs depend on it
+                    until_renewal = self.leases.next_renewal - time.monotonic()
+                    self.stopping.wait(max(0.05, min(self._error_backoff, until_renewal)))
+                else:
+                    self.wake.wait(self._sleep_for())
         finally:
             self._shutdown()
         return 0
@@ -156,35 +174,69 @@ class Worker:
         self.started.set()
 
     def _tick(self) -> int:
-        """One pass: claim into free slots, renew leases and reap when due. Returns # claimed."""
+        """One pass: progress, outcomes, claims, heartbeat and reaper. Returns # claimed.
+
+        Each step is guarded on its own, so one failing write (a row another session holds
+        locked, a value the database refuses) never stops the heartbeat or the reaper; a lost
+        connection ends the pass and backs off.
+        """
         claimed = 0
-        try:
-            if not self._registered:
-                self._register()
-            self._write_progress()  # before the outcomes: a job's last report must land
-            self._flush()
-            claimed = self._fill()
-            now = time.monotonic()
-            with self._lock:
-                running = dict(self._running)
-            self._check_timeouts(running, now)
-            if self.leases.due(now):
-                self.leases.renew(running)
-                WorkerProcess.objects.using(self.alias).filter(id=self.id).update(
-                    last_seen_at=Now()
-                )
-            if now >= self._next_reap:
-                self._next_reap = now + float(conf.REAPER_INTERVAL) * random.uniform(0.8, 1.2)
-                reaper.run_once(alias=self.alias)
+        failed = False
+        steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
+                 self._fill, self._reap)  # fmt: skip
+        for step in steps:
+            try:
+                result = step()
+            except Exception as exc:
+                failed = True
+                if self._step_failed(step.__name__, exc):
+                    break  # the connection is gone: the other steps would fail the same way
+            else:
+                if step == self._fill:
+                    claimed = result or 0
+        if not failed:
             self._error_backoff = 0.0
-        except Exception as exc:
-            self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
-            logger.warning(
-                "worker %s: database error (%s: %s); retrying in %.1fs",
-                self.id, type(exc).__name__, exc, self._error_backoff,
-            )  # fmt: skip
-            connections[self.alias].close()
         return claimed
+
+    def _step_failed(self, step: str, exc: Exception) -> bool:
+        """Log a failed step and back off; return whether the connection was lost."""
+        lost = is_connection_error(exc)
+        self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
+        logger.warning(
+            "worker %s: %s failed (%s: %s); retrying in %.1fs",
+            self.id, step.lstrip("_"), type(exc).__name__, exc, self._error_backoff,
+        )  # fmt: skip
+        if lost:
+            connections[self.alias].close()
+            self._db_generation += 1  # slots check their own connections before their next job
+        return lost
+
+    def _ensure_session(self) -> None:
+        connection = connections[self.alias]
+        if connection.connection is None or connection.connection is not self._session:
+            connection.ensure_connection()
+            self.driver.configure_control_session()
+            self._session = connection.connection
+        if not self._registered:
+            self._register()
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            running = dict(self._running)
+        self._check_timeouts(running, now)
+        if not self.leases.due(now):
+            return
+        self.leases.renew(running)
+        seen = WorkerProcess.objects.using(self.alias).filter(id=self.id)
+        if not seen.update(last_seen_at=Now()):
+            self._registered = False  # the row was pruned while this worker stalled
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_reap:
+            self._next_reap = now + float(conf.REAPER_INTERVAL) * random.uniform(0.8, 1.2)
+            reaper.run_once(alias=self.alias)
 
     def _on_progress(self, context: JobContext) -> None:
         with self._lock:
@@ -208,19 +260,52 @@ class Worker:
         # jobs is in hand now: write them while the rows are still running.
         self._write_progress()
         try:
-            written = self.driver.record_many(self.id, outcomes)
-        except Exception:
-            self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
-            raise
+            recorded = self.driver.record_many(self.id, outcomes, skip_locked=True)
+            written, busy = recorded.written, recorded.busy
+        except Exception as exc:
+            if is_transient(exc):
+                self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
+                raise
+            written, busy = self._record_one_by_one(outcomes, exc)
+        if busy:  # rows another session holds locked: keep those outcomes for a later pass
+            self._outcomes.extend(o for o in outcomes if o.job_id in busy)
+        done = [outcome for outcome in outcomes if outcome.job_id not in busy]
         with self._lock:
-            for outcome in outcomes:
+            for outcome in done:
                 item = self._running.get(outcome.job_id)
                 if item is not None and item.context.attempt == outcome.attempt:
                     del self._running[outcome.job_id]  # not the entry of a later attempt
                 self.finished_count += 1
-        for outcome in outcomes:
+        for outcome in done:
             if outcome.job_id not in written:
                 log_not_written(outcome)
+
+    def _record_one_by_one(
+        self, outcomes: list[Outcome], error: Exception
+    ) -> tuple[set[int], set[int]]:
+        """The batch was refused: write each alone; one the database refuses is discarded
+        with an error that says so, so one bad value never blocks the others.
+        Returns (written, busy): busy ones are kept for a later pass."""
+        logger.warning("worker %s: outcome batch refused (%s); writing one by one", self.id, error)
+        written: set[int] = set()
+        busy: set[int] = set()
+        for outcome in outcomes:
+            try:
+                try:
+                    recorded = self.driver.record_many(self.id, [outcome], skip_locked=True)
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise
+                    recorded = self.driver.record_many(
+                        self.id, [unstorable(outcome, exc)], skip_locked=True
+                    )
+            except Exception as exc:  # lost the connection meanwhile: try again later
+                logger.warning("job %s: outcome not written yet (%s)", outcome.job_id, exc)
+                busy.add(outcome.job_id)
+                continue
+            written |= recorded.written
+            busy |= recorded.busy
+        return written, busy
 
     def _fill(self) -> int:
         with self._lock:
@@ -254,7 +339,7 @@ class Worker:
                 )
                 self._executing += 1
         for job in jobs:
-            self._inbox.put(job)
+            self._inbox.put((job, self._running[job.id]))
         if jobs:
             self.claimed_count += len(jobs)
             with self._lock:
@@ -286,23 +371,29 @@ class Worker:
     # --- slots ----------------------------------------------------------------------------
 
     def _slot(self) -> None:
+        generation = self._db_generation
         while True:
-            job = self._inbox.get()
-            if job is None:
+            handed = self._inbox.get()
+            if handed is None:
                 connections.close_all()  # this thread's connections end with it
                 return
-            with self._lock:
-                item = self._running[job.id]
+            job, item = handed
             outcome: Outcome | None = None
             pending = False
             try:
+                if generation != self._db_generation:  # the database restarted or dropped us
+                    generation = self._db_generation
+                    close_unusable_connections()
                 if item.is_async:
                     self._ensure_loop()
                 outcome, pending = run(job, item.context, self.driver, self._loop)
             except Exception:
                 logger.exception("job %s: the worker failed to run it", job.id)
             finally:
-                tidy_connections()
+                try:
+                    tidy_connections()
+                except Exception:
+                    logger.exception("job %s: could not tidy the slot's connections", job.id)
                 with self._lock:
                     self._executing -= 1
                     if outcome is not None and pending:
@@ -368,5 +459,11 @@ class Worker:
             try:
                 if self.driver.record(self.id, outcome):
                     logger.info("job %s released back to ready at shutdown", job_id)
-            except Exception as exc:
+            except Exception as exc:  # the reaper will recover it instead
                 logger.warning("job %s: release failed (%s); its lease will expire", job_id, exc)
+        try:
+            # A slot may have finished while we released: its outcome is still in hand (the
+            # fence drops the outcome of a job that was released).
+            self._flush()
+        except Exception as exc:
+            logger.warning("worker %s: could not write finished outcomes: %s", self.id, exc)

@@ -174,3 +174,16 @@ def atomic_gated_effect(context: Any, value: str = "") -> str:
     if gate is not None:
         gate.arrive()
     return value
+
+
+@task(max_attempts=1)
+def returns_nul() -> str:
+    """Returns text PostgreSQL cannot store (a NUL character)."""
+    return "a\x00b"
+
+
+@task(max_attempts=1)
+def raises_unstorable(context: Any) -> None:
+    """Reports progress and fails with messages holding a NUL and a lone surrogate."""
+    context.set_progress(1, 2, "row\x00one")
+    raise ValueError("bad\x00byte and \ud800 surrogate")

@@ -1,0 +1,122 @@
+"""One bad value, one locked row or one dropped connection must not stall a worker.
+
+Regression tests for failures a review of the engine constructed: text the database cannot
+store (NUL, lone surrogates) in a result, an error or a progress message; a row another
+session keeps locked; connections dropped by a database restart; unique keys when redriving.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from django_workqueue import operations
+from django_workqueue.exceptions import PayloadNotJSON
+from django_workqueue.models import Job
+from testproject.testapp.tasks import add, record, sleep_for
+from tests.factories import JobFactory
+from tests.integration.helpers import (
+    fresh,
+    raises_unstorable,
+    returns_nul,
+    workqueue_settings,
+)
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_text_the_database_cannot_store_is_refused_at_enqueue():
+    with pytest.raises(PayloadNotJSON, match="NUL character"):
+        add.enqueue("a\x00b", 1)
+    with pytest.raises(PayloadNotJSON, match="lone surrogate"):
+        add.enqueue({"k": "x\ud800"}, 1)
+    assert not Job.objects.exists()
+
+
+def test_unstorable_result_error_and_progress_never_wedge_the_worker(drain):
+    bad_result = returns_nul.enqueue()
+    bad_error = raises_unstorable.enqueue()
+    after = add.enqueue(1, 2)
+
+    drain(concurrency=1)
+
+    bad_result, bad_error, after = fresh(bad_result), fresh(bad_error), fresh(after)
+    assert (after.status, after.result) == ("succeeded", 3)
+    assert bad_result.status == "failed"
+    assert bad_result.errors[-1]["type"] == "django_workqueue.exceptions.ResultNotJSON"
+    assert "NUL character" in bad_result.errors[-1]["message"]
+    assert bad_error.status == "failed"
+    [error] = bad_error.errors
+    assert error["type"] == "builtins.ValueError"
+    assert error["message"] == "bad\\x00byte and \\ud800 surrogate"
+    assert bad_error.progress_message == "row\\x00one"
+
+
+def test_redrive_leaves_a_job_whose_unique_key_is_held_and_redrives_the_rest():
+    held = JobFactory(failed=True, unique_key="invoice-7")
+    JobFactory(unique_key="invoice-7")  # an active job of the same task holds the key
+    free = JobFactory(failed=True, unique_key="invoice-8")
+    plain = JobFactory(failed=True)
+
+    result = operations.redrive()
+
+    assert result.count == 2
+    assert "1 left failed" in result.message
+    assert fresh(held).status == "failed"
+    assert (fresh(free).status, fresh(plain).status) == ("ready", "ready")
+
+
+@pytest.mark.postgres_only  # row locks held by another session exist on PostgreSQL only
+def test_a_row_locked_by_another_session_does_not_stall_the_heartbeat(background_worker):
+    with workqueue_settings(HEARTBEAT_INTERVAL=0.2, REAPER_INTERVAL=0.2):
+        worker = background_worker(concurrency=2, poll_interval=0.05)
+        locked = sleep_for.enqueue(4.0)
+        other = sleep_for.enqueue(4.0)
+        wait_until(lambda: Job.objects.filter(status="running").count() == 2)
+        holding = threading.Event()
+        release = threading.Event()
+
+        def hold_row_lock():
+            with connections["default"].cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute(
+                    "SELECT id FROM django_workqueue_job WHERE id = %s FOR UPDATE", [locked.pk]
+                )
+                holding.set()
+                release.wait(30)
+                cursor.execute("ROLLBACK")
+            connections["default"].close()
+
+        holder = threading.Thread(target=hold_row_lock)
+        holder.start()
+        try:
+            assert holding.wait(10)
+            # Longer than both leases (2 s): without renewals while the row is locked, the
+            # other job's lease would expire and the reaper would take it back.
+            wait_until(lambda: fresh(other).status == "succeeded", timeout=30)
+        finally:
+            release.set()
+            holder.join(30)
+        wait_until(lambda: fresh(locked).status == "succeeded", timeout=30)
+        assert (fresh(locked).attempt, fresh(other).attempt) == (1, 1)
+        assert worker.finished_count == 2
+
+
+@pytest.mark.postgres_only  # pg_terminate_backend: a database restart, as seen by PostgreSQL
+def test_dropped_connections_do_not_charge_the_next_jobs(background_worker):
+    worker = background_worker(concurrency=2, poll_interval=0.05)
+    # These tasks use the database from the slot thread, so each slot holds a connection.
+    warmup = [record.enqueue("warm-up") for _ in range(4)]
+    wait_until(lambda: all(fresh(job).status == "succeeded" for job in warmup))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    jobs = [record.using(max_attempts=1).enqueue("after") for _ in range(6)]
+    wait_until(lambda: all(fresh(job).status != "ready" for job in jobs), timeout=30)
+    wait_until(lambda: all(fresh(job).status == "succeeded" for job in jobs), timeout=30)
+    assert worker.finished_count >= 10
