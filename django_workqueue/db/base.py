@@ -201,7 +201,15 @@ class Driver:
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
     ) -> bool:
-        raise NotImplementedError
+        """Store a job's progress if ``owner`` still holds its lease (plain SQL, any vendor)."""
+        sql = (
+            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
+            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
+            f"AND status = 'running'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
+            return cursor.rowcount == 1
 
     def reap(self, now: datetime | None = None) -> list[int]:
         """Return expired leases to ready (or end them); the crashed attempt stays counted."""

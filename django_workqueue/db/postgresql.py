@@ -190,18 +190,6 @@ class PostgresDriver(Driver):
             busy={job_id for job_id, _, tried in rows if not tried},
         )
 
-    def set_progress(
-        self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
-    ) -> bool:
-        sql = (
-            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
-            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
-            f"AND status = 'running'"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
-            return cursor.rowcount == 1
-
     def reap(self, now: datetime | None = None) -> list[int]:
         spent = "j.attempt >= j.max_attempts"
         cancel = "j.cancel_requested_at IS NOT NULL"

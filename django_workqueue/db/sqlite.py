@@ -162,18 +162,6 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
             return Recorded(written={row[0] for row in cursor.fetchall()}, busy=set())
 
-    def set_progress(
-        self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
-    ) -> bool:
-        sql = (
-            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
-            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
-            f"AND status = 'running'"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
-            return cursor.rowcount == 1
-
     def reap(self, now: datetime | None = None) -> list[int]:
         spent = "attempt >= max_attempts"
         cancel = "cancel_requested_at IS NOT NULL"
