@@ -67,23 +67,64 @@ ROW_TASK, ROW_QUEUE, ROW_PRIORITY, ROW_MAX_ATTEMPTS, ROW_LEASE, ROW_UNIQUE = ran
 ROW_RUN_AT, ROW_DELAY, ROW_DEADLINE_AT, ROW_DEADLINE_IN, ROW_ARGS, ROW_KWARGS = range(6, 12)
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
-    id: int
-    task_name: str
-    queue: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    lease_seconds: int
-    deadline: datetime | None
-    deadline_passed: bool
-    """Whether the deadline had passed by the database's clock when the job was claimed."""
+    """A job this worker claimed, as the claim returned it.
+
+    The arguments arrive as one JSON text and are parsed on first use, by the slot that runs
+    the job: the control thread, which claims for every slot, does no per-job parsing.
+    ``deadline_passed`` says whether the deadline had passed by the database's clock.
+    """
+
+    __slots__ = (
+        "_arguments",
+        "_payload",
+        "attempt",
+        "deadline",
+        "deadline_passed",
+        "id",
+        "lease_seconds",
+        "max_attempts",
+        "priority",
+        "queue",
+        "task_name",
+    )  # fmt: skip
+
+    def __init__(
+        self, id: int, task_name: str, queue: str, priority: int, attempt: int,
+        max_attempts: int, lease_seconds: int, deadline: datetime | None,
+        deadline_passed: bool, payload: str,
+    ) -> None:  # fmt: skip
+        self.id = id
+        self.task_name = task_name
+        self.queue = queue
+        self.priority = priority
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.lease_seconds = lease_seconds
+        self.deadline = deadline
+        self.deadline_passed = bool(deadline_passed)
+        self._payload = payload  # '[args, kwargs]'
+        self._arguments: tuple[list[Any], dict[str, Any]] | None = None
+
+    def _parsed(self) -> tuple[list[Any], dict[str, Any]]:
+        if self._arguments is None:
+            args, kwargs = json.loads(self._payload)
+            self._arguments = (args, kwargs)
+        return self._arguments
+
+    @property
+    def args(self) -> list[Any]:
+        return self._parsed()[0]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self._parsed()[1]
+
+    def __repr__(self) -> str:
+        return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class Outcome:
     job_id: int
     attempt: int
@@ -92,6 +133,13 @@ class Outcome:
     result_json: str | None = None
     error: dict[str, Any] | None = None
     delay: float = 0.0
+    _encoded: str | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def encoded(self) -> str:
+        """``row()`` as JSON, made once (slots make it, so the control thread only joins)."""
+        if self._encoded is None:
+            self._encoded = json.dumps(self.row(), separators=(",", ":"))
+        return self._encoded
 
     @property
     def status(self) -> Status:
@@ -196,7 +244,7 @@ class Driver:
     @staticmethod
     def batch(outcomes: Sequence[Outcome]) -> str:
         """The outcomes as one JSON array parameter (the statement unpacks it into rows)."""
-        return json.dumps([outcome.row() for outcome in outcomes], separators=(",", ":"))
+        return "[" + ",".join(outcome.encoded() for outcome in outcomes) + "]"
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str

@@ -28,9 +28,7 @@ CHANNEL = "django_workqueue"
 CLOCK = "statement_timestamp()"
 NOW = f"COALESCE(%(now)s::timestamptz, {CLOCK})"
 
-_RETURNING = (
-    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, deadline"
-)
+_RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
 
 class PostgresDriver(Driver):
@@ -83,32 +81,15 @@ class PostgresDriver(Driver):
             f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
             f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
             f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
-            f"j.deadline < {NOW}"
+            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [self._claimed(row) for row in rows]
+        jobs = [ClaimedJob(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
-
-    def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
-        (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
-         deadline, deadline_passed) = row  # fmt: skip
-        return ClaimedJob(
-            id=id_,
-            task_name=task_name,
-            queue=queue,
-            priority=priority,
-            args=self.load_json(args),
-            kwargs=self.load_json(kwargs),
-            attempt=attempt,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            deadline=deadline,
-            deadline_passed=deadline_passed,
-        )
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

@@ -20,9 +20,7 @@ _FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"COALESCE(:now, strftime({_FORMAT}, 'now'))"
 _ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
 
-_RETURNING = (
-    "id, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds, deadline"
-)
+_RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
 
 class SQLiteDriver(Driver):
@@ -75,33 +73,19 @@ class SQLiteDriver(Driver):
             f"WHERE id IN (SELECT id FROM {self.table} INDEXED BY wq_job_claim "
             f"WHERE status = 'ready' AND queue IN ({names}) AND run_after <= {NOW} "
             f"ORDER BY priority DESC, run_after, id LIMIT :limit) AND status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}"
+            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs))"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [self._claimed(row) for row in rows]
+        jobs = [
+            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
+            for row in rows
+        ]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
-
-    def _claimed(self, row: Sequence[Any]) -> ClaimedJob:
-        (id_, task_name, queue, priority, args, kwargs, attempt, max_attempts, lease_seconds,
-         deadline, deadline_passed) = row  # fmt: skip
-        return ClaimedJob(
-            id=id_,
-            task_name=task_name,
-            queue=queue,
-            priority=priority,
-            args=self.load_json(args),
-            kwargs=self.load_json(kwargs),
-            attempt=attempt,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            deadline=_parse(deadline),
-            deadline_passed=bool(deadline_passed),
-        )
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

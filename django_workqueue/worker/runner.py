@@ -387,6 +387,8 @@ class Worker:
                 if item.is_async:
                     self._ensure_loop()
                 outcome, pending = run(job, item.context, self.driver, self._loop)
+                if outcome is not None and pending:
+                    outcome.encoded()  # here, not on the control thread that batches them
             except Exception:
                 logger.exception("job %s: the worker failed to run it", job.id)
             finally:
