@@ -199,28 +199,24 @@ def _insert(
         rows = driver.insert(template, payloads)
     transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
     if unsaved is not None:
-        for job, (pk, run_after, enqueued_at, deadline) in zip(unsaved, rows, strict=True):
-            job.pk, job.run_after, job.enqueued_at, job.deadline = (
-                pk,
-                run_after,
-                enqueued_at,
-                deadline,
-            )
+        for job, pk in zip(unsaved, rows.ids, strict=True):
+            job.pk, job.run_after = pk, rows.run_after
+            job.enqueued_at, job.deadline = rows.enqueued_at, rows.deadline
             job._state.adding, job._state.db = False, alias
         return unsaved
-    return [_saved(alias, template, call, row) for call, row in zip(calls, rows, strict=True)]
-
-
-def _saved(alias: str, template: NewJob, call: Call, row: tuple[Any, ...]) -> Job:
-    """The inserted job as a model instance, built the way Django builds rows it reads."""
-    pk, run_after, enqueued_at, deadline = row
-    values = dict(
+    shared = dict(
         _JOB_DEFAULTS,
-        id=pk, task_name=template.task_name, queue=template.queue, priority=template.priority,
-        args=call.args, kwargs=call.kwargs, max_attempts=template.max_attempts,
-        lease_seconds=template.lease_seconds, unique_key=template.unique_key,
-        run_after=run_after, deadline=deadline, enqueued_at=enqueued_at, errors=[],
+        task_name=template.task_name, queue=template.queue, priority=template.priority,
+        max_attempts=template.max_attempts, lease_seconds=template.lease_seconds,
+        unique_key=template.unique_key, run_after=rows.run_after, deadline=rows.deadline,
+        enqueued_at=rows.enqueued_at,
     )  # fmt: skip
+    return [_saved(alias, shared, call, pk) for call, pk in zip(calls, rows.ids, strict=True)]
+
+
+def _saved(alias: str, shared: dict[str, Any], call: Call, pk: int) -> Job:
+    """The inserted job as a model instance, built the way Django builds rows it reads."""
+    values = {**shared, "id": pk, "args": call.args, "kwargs": call.kwargs, "errors": []}
     job = Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
     job.duplicate = False  # type: ignore[attr-defined]
     return job

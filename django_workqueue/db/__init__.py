@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .base import ClaimedJob, Driver, NewJob, Outcome, OutcomeKind, Recorded
+from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, OutcomeKind, Recorded
 
 __all__ = [
-    "ClaimedJob", "Driver", "NewJob", "Outcome", "OutcomeKind", "Recorded", "driver_for",
+    "ClaimedJob", "Driver", "Inserted", "NewJob", "Outcome", "OutcomeKind", "Recorded",
+    "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")

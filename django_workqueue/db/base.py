@@ -47,24 +47,34 @@ class NewJob:
     deadline_at: datetime | None = None
     deadline_in: float | None = None
 
-    def rows(
-        self, payloads: Sequence[tuple[str, str]], timestamp: Callable[[datetime], Any]
-    ) -> str:
-        """The insert batch: a JSON array with one array per job, whose last two items are the
-        job's args and kwargs, embedded as the JSON they were already encoded to."""
-        fields = [
-            self.task_name, self.queue, self.priority, self.max_attempts, self.lease_seconds,
-            self.unique_key, None if self.run_at is None else timestamp(self.run_at),
-            self.delay, None if self.deadline_at is None else timestamp(self.deadline_at),
-            self.deadline_in,
-        ]  # fmt: skip
-        head = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)[:-1]
-        return "[" + ",".join(f"{head},{args},{kwargs}]" for args, kwargs in payloads) + "]"
+    def params(self, timestamp: Callable[[datetime], Any]) -> dict[str, Any]:
+        """The values every job of the batch shares, as statement parameters."""
+        return {
+            "task_name": self.task_name, "queue": self.queue, "priority": self.priority,
+            "max_attempts": self.max_attempts, "lease_seconds": self.lease_seconds,
+            "unique_key": self.unique_key,
+            "run_at": None if self.run_at is None else timestamp(self.run_at),
+            "delay": self.delay or 0.0,
+            "deadline_at": None if self.deadline_at is None else timestamp(self.deadline_at),
+            "deadline_in": self.deadline_in,
+        }  # fmt: skip
+
+    @staticmethod
+    def batch(payloads: Sequence[tuple[str, str]]) -> str:
+        """The jobs' own values as one JSON parameter: ``[[args, kwargs], ...]``, embedding
+        the JSON each job's arguments were already encoded to."""
+        return "[" + ",".join(f"[{args},{kwargs}]" for args, kwargs in payloads) + "]"
 
 
-# The positions in NewJob.row(), for the drivers' SQL.
-ROW_TASK, ROW_QUEUE, ROW_PRIORITY, ROW_MAX_ATTEMPTS, ROW_LEASE, ROW_UNIQUE = range(6)
-ROW_RUN_AT, ROW_DELAY, ROW_DEADLINE_AT, ROW_DEADLINE_IN, ROW_ARGS, ROW_KWARGS = range(6, 12)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Inserted:
+    """What an insert returns. Every job of one insert shares its times (one template, one
+    statement clock), so they come back once."""
+
+    ids: list[int]
+    run_after: datetime
+    enqueued_at: datetime
+    deadline: datetime | None
 
 
 class ClaimedJob:
@@ -203,14 +213,9 @@ class Driver:
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
-    def insert(
-        self, job: NewJob, payloads: Sequence[tuple[str, str]]
-    ) -> list[tuple[int, datetime, datetime, Any]]:
+    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
         """Insert one job per (args JSON, kwargs JSON) with one statement on the current
-        transaction, and notify the queue.
-
-        Returns (id, run_after, enqueued_at, deadline) per job, in the order given.
-        """
+        transaction, and notify the queue. The ids come back in the order given."""
         raise NotImplementedError
 
     def claim(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, NewJob, Outcome, Recorded
+from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -35,32 +35,44 @@ class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
 
-    def insert(
-        self, job: NewJob, payloads: Sequence[tuple[str, str]]
-    ) -> list[tuple[int, datetime, datetime, Any]]:
-        # The batch is one jsonb parameter unpacked into rows (args embedded as encoded JSON), so
-        # one statement and one round trip insert any number of jobs. The same statement sends
-        # one NOTIFY per queue; PostgreSQL delivers them at commit, folding duplicates.
-        batch = job.rows(payloads, datetime.isoformat)
+    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
+        # The jobs' own values are one jsonb parameter unpacked into rows (their arguments
+        # embedded as already-encoded JSON); what they share is plain parameters. One
+        # statement, one round trip, any number of jobs; the same statement sends the NOTIFY,
+        # which PostgreSQL delivers at commit, folding duplicates.
+        if len(payloads) == 1:  # the common single enqueue: no batch to unpack
+            rows = "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, 1)) AS b(args, kwargs, n)"
+        else:
+            rows = (
+                "(SELECT e->0, e->1, n FROM jsonb_array_elements(%(batch)s::jsonb) "
+                "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, n)"
+            )
         sql = (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, run_after, deadline, args, kwargs, "
             f"status, attempt, errors, progress_message) "
-            f"SELECT e->>0, e->>1, (e->>2)::smallint, (e->>3)::integer, (e->>4)::integer, e->>5, "
-            f"COALESCE((e->>6)::timestamptz, "
-            f"  {CLOCK} + make_interval(secs => COALESCE((e->>7)::float8, 0))), "
-            f"COALESCE((e->>8)::timestamptz, {CLOCK} + make_interval(secs => (e->>9)::float8)), "
-            f"e->10, e->11, 'ready', 0, '[]'::jsonb, '' "
-            f"FROM jsonb_array_elements(%(batch)s::jsonb) WITH ORDINALITY AS b(e, n) ORDER BY b.n "
-            f"RETURNING id, queue, run_after, enqueued_at, deadline), "
-            f"notified AS (SELECT pg_notify(%(channel)s, q.queue) "
-            f"  FROM (SELECT DISTINCT queue FROM inserted) AS q) "
-            f"SELECT id, run_after, enqueued_at, deadline, (SELECT count(*) FROM notified) "
-            f"FROM inserted ORDER BY id"
+            f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
+            f"%(lease_seconds)s, %(unique_key)s, "
+            f"COALESCE(%(run_at)s::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => %(delay)s::float8)), "
+            f"COALESCE(%(deadline_at)s::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8)), "
+            f"b.args, b.kwargs, 'ready', 0, '[]'::jsonb, '' FROM {rows} ORDER BY b.n "
+            f"RETURNING id, run_after, enqueued_at, deadline), "
+            f"notified AS (SELECT pg_notify(%(channel)s, %(queue)s)) "
+            f"SELECT array_agg(id ORDER BY id), min(run_after), min(enqueued_at), min(deadline), "
+            f"(SELECT count(*) FROM notified) FROM inserted"
         )
+        params = job.params(datetime.isoformat)
+        params["channel"] = CHANNEL
+        if len(payloads) == 1:
+            params["args"], params["kwargs"] = payloads[0]
+        else:
+            params["batch"] = job.batch(payloads)
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"batch": batch, "channel": CHANNEL})
-            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
+            cursor.execute(sql, params)
+            ids, run_after, enqueued_at, deadline, _ = cursor.fetchone()
+        return Inserted(ids=ids, run_after=run_after, enqueued_at=enqueued_at, deadline=deadline)
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None

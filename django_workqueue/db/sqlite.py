@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, NewJob, Outcome, Recorded
+from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, Recorded
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
@@ -30,37 +30,36 @@ class SQLiteDriver(Driver):
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
 
-    def insert(
-        self, job: NewJob, payloads: Sequence[tuple[str, str]]
-    ) -> list[tuple[int, datetime, datetime, Any]]:
-        # The batch is one JSON parameter unpacked by json_each (args embedded as encoded
-        # JSON), so one statement inserts any number of jobs.
-        adapt = self.connection.ops.adapt_datetimefield_value
-        batch = job.rows(payloads, adapt)
-
-        def at(n: int) -> str:
-            return f"json_extract(value, '$[{n}]')"
-
-        def from_now(n: int) -> str:
-            return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {at(n)}))"
+    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
+        # The jobs' own values are one JSON parameter unpacked by json_each; what they share is
+        # plain parameters. One statement inserts any number of jobs.
+        def from_now(seconds: str) -> str:
+            return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {seconds}))"
 
         sql = (
             f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
             f"unique_key, run_after, deadline, args, kwargs, status, attempt, errors, "
             f"progress_message) "
-            f"SELECT {at(0)}, {at(1)}, {at(2)}, {at(3)}, {at(4)}, {at(5)}, "
-            f"COALESCE({at(6)}, CASE WHEN {at(7)} IS NULL THEN strftime({_FORMAT}, 'now') "
-            f"  ELSE {from_now(7)} END), "
-            f"COALESCE({at(8)}, CASE WHEN {at(9)} IS NOT NULL THEN {from_now(9)} END), "
-            f"{at(10)}, {at(11)}, 'ready', 0, '[]', '' "
+            f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, :unique_key, "
+            f"COALESCE(:run_at, {from_now(':delay')}), "
+            f"COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
+            f"  THEN {from_now(':deadline_in')} END), "
+            f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'ready', 0, '[]', '' "
             f"FROM json_each(:batch) ORDER BY key "
             f"RETURNING id, run_after, enqueued_at, deadline"
         )
+        params = job.params(self.connection.ops.adapt_datetimefield_value)
+        params["batch"] = job.batch(payloads)
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"batch": batch})
-            rows = sorted(cursor.fetchall())  # RETURNING order is unspecified; ids ascend
-        return [(id_, _parse(run_after), _parse(enqueued), _parse(deadline))  # type: ignore[misc]
-                for id_, run_after, enqueued, deadline in rows]  # fmt: skip
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        _, run_after, enqueued_at, deadline = rows[0]
+        return Inserted(
+            ids=sorted(row[0] for row in rows),  # RETURNING order is unspecified; ids ascend
+            run_after=_parse(run_after),  # type: ignore[arg-type]
+            enqueued_at=_parse(enqueued_at),  # type: ignore[arg-type]
+            deadline=_parse(deadline),
+        )
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
