@@ -1,0 +1,1 @@
+"""The benchmark harness: ``python bench/run.py`` (see docs/explanation/performance.md)."""

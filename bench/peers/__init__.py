@@ -1,0 +1,1 @@
+"""What the peers need to run: their apps, tasks, settings and worker entry points."""

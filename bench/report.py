@@ -1,0 +1,163 @@
+"""The comparison table printed at the end of a run, and the issue-3 targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# metric -> (label, unit, "higher" or "lower" is better)
+METRICS: dict[str, tuple[str, str, str]] = {
+    "enqueue_single": ("enqueue, one job per transaction", "jobs/s", "higher"),
+    "enqueue_bulk": ("enqueue, bulk API", "jobs/s", "higher"),
+    "raw_insert": ("reference: raw psycopg INSERT, one per transaction", "rows/s", "higher"),
+    "enqueue_single_vs_raw": (
+        "enqueue single / raw INSERT, paired per repetition",
+        "ratio",
+        "higher",
+    ),
+    "drain": ("drain, one worker process, best setting", "jobs/s", "higher"),
+    "latency_p50": ("pickup latency p50 (LISTEN/NOTIFY where offered)", "ms", "lower"),
+    "latency_p95": ("pickup latency p95 (LISTEN/NOTIFY where offered)", "ms", "lower"),
+    "latency_no_notify_p50": ("pickup latency p50, polling only", "ms", "lower"),
+    "latency_no_notify_p95": ("pickup latency p95, polling only", "ms", "lower"),
+    "claim_small": ("claim of 10 jobs, small backlog", "ms", "lower"),
+    "claim_large": ("claim of 10 jobs, large backlog", "ms", "lower"),
+    "sustained_first": ("long drain, first slice", "jobs/s", "higher"),
+    "sustained_last": ("long drain, last slice", "jobs/s", "higher"),
+    "sustained_ratio": ("long drain, last slice / first", "ratio", "higher"),
+    "scaling_1": ("drain, 1 runworker process", "jobs/s", "higher"),
+    "scaling_2": ("drain, 2 runworker processes", "jobs/s", "higher"),
+    "scaling_4": ("drain, 4 runworker processes", "jobs/s", "higher"),
+    "sqlite_enqueue_single": ("SQLite: enqueue, one job per transaction", "jobs/s", "higher"),
+    "sqlite_enqueue_bulk": ("SQLite: enqueue, bulk API", "jobs/s", "higher"),
+    "sqlite_drain": ("SQLite: drain, one worker process, best setting", "jobs/s", "higher"),
+}
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "ratio":
+        return f"{value:.2f}"
+    if unit == "ms" or value < 100:
+        return f"{value:,.2f}" if value < 10 else f"{value:,.1f}"
+    return f"{value:,.0f}"
+
+
+def cell(entry: dict[str, Any] | None, unit: str) -> str:
+    if not entry:
+        return "-"
+    text = _number(entry["median"], unit)
+    if entry["min"] != entry["max"]:
+        text += f" ({_number(entry['min'], unit)}-{_number(entry['max'], unit)})"
+    return text
+
+
+def rows(
+    results: dict[str, Any], main: str, peers: list[str], labels: dict[str, str]
+) -> list[list[str]]:
+    """Header and one row per measured metric: ours, then each peer and our ratio to it."""
+    metrics = results["metrics"]
+    header = ["metric", "unit", labels.get(main, main)]
+    for peer in peers:
+        header += [labels.get(peer, peer), f"ratio vs {labels.get(peer, peer)}"]
+    lines = [header]
+    for key, (label, unit, better) in METRICS.items():
+        row_data = metrics.get(key, {})
+        if not row_data:
+            continue
+        ours = row_data.get(main)
+        if ours and "ready" in ours:
+            label = f"{label} ({ours['ready']:,} ready)"
+        row = [f"{label} ({better} is better)", unit, cell(ours, unit)]
+        for peer in peers:
+            theirs = row_data.get(peer)
+            row.append(cell(theirs, unit))
+            if ours and theirs and theirs["median"]:
+                row.append(f"{ours['median'] / theirs['median']:.2f}x")
+            else:
+                row.append("-")
+        lines.append(row)
+    return lines
+
+
+def table(results: dict[str, Any], main: str, peers: list[str], labels: dict[str, str]) -> str:
+    metrics = results["metrics"]
+    lines = rows(results, main, peers, labels)
+    header = lines[0]
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    rendered = []
+    for index, line in enumerate(lines):
+        rendered.append("  ".join(str(value).ljust(widths[i]) for i, value in enumerate(line)))
+        if index == 0:
+            rendered.append("  ".join("-" * width for width in widths))
+    settings = [
+        f"  best drain setting of {labels.get(name, name)}: {entry.get('best')}"
+        for name, entry in metrics.get("drain", {}).items()
+    ]
+    return "\n".join([*rendered, "", *settings] if settings else rendered)
+
+
+def _median(results: dict[str, Any], metric: str, system: str) -> float | None:
+    entry = results["metrics"].get(metric, {}).get(system)
+    return None if entry is None else float(entry["median"])
+
+
+def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any]]:
+    """Issue 3's performance targets, each with the measured value and whether it is met."""
+    wq = "workqueue"
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None or b == 0 else a / b
+
+    poll_ms = poll_interval * 1000 + 10
+    rows = [
+        ("drain ≥ 1.2x PgQueuer's best", ratio(_median(results, "drain", wq),
+         _median(results, "drain", "pgqueuer")), 1.2, "higher", "x"),
+        ("pickup p95 with LISTEN/NOTIFY ≤ 5 ms", _median(results, "latency_p95", wq), 5.0,
+         "lower", " ms"),
+        (f"pickup p95 polling only ≤ poll interval + 10 ms ({poll_ms:.0f} ms)",
+         _median(results, "latency_no_notify_p95", wq), poll_ms, "lower", " ms"),
+        ("bulk enqueue ≥ 80,000 jobs/s", _median(results, "enqueue_bulk", wq), 80_000.0,
+         "higher", " jobs/s"),
+        ("single enqueue ≥ 70% of raw INSERT per transaction",
+         _median(results, "enqueue_single_vs_raw", wq), 0.7, "higher", "x"),
+        ("claim latency at large backlog ≤ 1.3x small", ratio(_median(results, "claim_large", wq),
+         _median(results, "claim_small", wq)), 1.3, "lower", "x"),
+        ("last slice of long drain ≥ 0.8x first", _median(results, "sustained_ratio", wq), 0.8,
+         "higher", "x"),
+        ("4 processes ≥ 1.6x one", ratio(_median(results, "scaling_4", wq),
+         _median(results, "scaling_1", wq)), 1.6, "higher", "x"),
+        ("SQLite drain ≥ 2,000 jobs/s", _median(results, "sqlite_drain", wq), 2000.0, "higher",
+         " jobs/s"),
+    ]  # fmt: skip
+    out = []
+    for label, measured, target, better, unit in rows:
+        met = None
+        if measured is not None:
+            met = measured >= target if better == "higher" else measured <= target
+        out.append({"target": label, "measured": measured, "threshold": target,
+                    "better": better, "unit": unit, "met": met})  # fmt: skip
+    return out
+
+
+def targets_table(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for row in rows:
+        if row["measured"] is None:
+            verdict, measured = "not measured", "-"
+        else:
+            measured = f"{row['measured']:,.2f}{row['unit']}"
+            verdict = "MET" if row["met"] else "missed"
+        lines.append(f"  [{verdict:>12}] {row['target']}: measured {measured}")
+    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any], main: str, peers: list[str], labels: dict[str, str]) -> str:
+    """The same table and the targets in Markdown, for docs/explanation/performance.md."""
+    lines = rows(results, main, peers, labels)
+    out = ["| " + " | ".join(lines[0]) + " |", "|" + "---|" * len(lines[0])]
+    out += ["| " + " | ".join(line) + " |" for line in lines[1:]]
+    out += ["", "| target | measured | verdict |", "|---|---|---|"]
+    for row in results.get("targets", []):
+        measured = "-" if row["measured"] is None else f"{row['measured']:,.2f}{row['unit']}"
+        verdict = "not measured" if row["met"] is None else ("met" if row["met"] else "missed")
+        out.append(f"| {row['target']} | {measured} | {verdict} |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""Benchmark django-workqueue side by side with PgQueuer, Procrastinate and django-tasks-db.
+
+    python bench/run.py                 # everything, full sizes (about an hour on 2 cores)
+    python bench/run.py --quick         # smoke run, tiny sizes, one repetition (< 60 s)
+    python bench/run.py --systems workqueue,pgqueuer --metrics enqueue,drain
+    python bench/run.py --sizes drain=50000,latency=500 --reps 5
+    python bench/run.py --systems workqueue --metrics profile
+
+The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
+and this project (editable) into it; later runs reuse it. Each system gets its own database
+``bench_<system>`` on the PostgreSQL server at BENCH_PG_URL (default
+postgresql://postgres@127.0.0.1:5432), dropped at the end. The table goes to stdout, progress
+to stderr, everything to bench/results/latest.json. See docs/explanation/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == BENCH:
+    sys.path.pop(0)  # keep bench/'s module names from shadowing top-level ones
+sys.path.insert(0, str(BENCH.parent))
+
+from bench import bootstrap  # noqa: E402
+
+ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
+ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite")
+OPTIONAL_METRICS = ("profile",)
+
+SIZES = {
+    "enqueue": 5_000,  # jobs per repetition of single enqueue (and of the raw INSERT)
+    "bulk": 100_000,  # jobs per repetition of bulk enqueue ...
+    "batch": 1_000,  # ... in calls of this many jobs
+    "drain": 20_000,  # queued no-op jobs drained by one worker process
+    "latency": 200,  # jobs enqueued one at a time to an idle worker
+    "gap": 0.02,  # seconds between those enqueues (jittered ±50%)
+    "backlog_small": 10_000,  # ready jobs behind the claim ...
+    "backlog_large": 1_000_000,  # ... and the large backlog
+    "claim_batch": 10,  # jobs per timed claim
+    "claims": 50,  # timed claims per repetition
+    "sustained": 100_000,  # jobs of the long drain ...
+    "slice": 10_000,  # ... reported in slices of this many
+    "scaling": 20_000,  # jobs drained by 1, 2 and 4 processes
+    "sqlite_enqueue": 2_000,
+    "sqlite_bulk": 20_000,
+    "sqlite_drain": 10_000,
+    "profile": 100_000,  # jobs queued for the profiled drain ...
+    "profile_seconds": 10,  # ... sampled this long
+}
+QUICK_SIZES = {
+    **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
+    "backlog_large": 5_000, "claims": 5, "sustained": 2_000, "slice": 500, "scaling": 300,
+    "sqlite_enqueue": 100, "sqlite_bulk": 1_000, "sqlite_drain": 300, "profile": 5_000,
+    "profile_seconds": 2,
+}  # fmt: skip
+
+
+def _ints(value: str) -> list[int]:
+    return [int(part) for part in value.split(",") if part.strip()]
+
+
+def _names(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    def parse(value: str) -> list[str]:
+        names = [part.strip() for part in value.split(",") if part.strip()]
+        unknown = sorted(set(names) - set(choices))
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}"
+            )
+        return names
+
+    return parse
+
+
+def _sizes(value: str) -> dict[str, float]:
+    sizes = {}
+    for part in value.split(","):
+        key, _, number = part.partition("=")
+        if key.strip() not in SIZES or not number:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: give key=value with a key among {', '.join(SIZES)}"
+            )
+        sizes[key.strip()] = float(number)
+    return sizes
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="Tiny sizes, one repetition, one setting per system (smoke test).",
+    )
+    parser.add_argument(
+        "--systems",
+        type=_names(ALL_SYSTEMS),
+        default=list(ALL_SYSTEMS),
+        help=f"Comma-separated, from {','.join(ALL_SYSTEMS)} (default: all).",
+    )
+    parser.add_argument(
+        "--metrics",
+        type=_names(ALL_METRICS + OPTIONAL_METRICS),
+        default=list(ALL_METRICS),
+        help=f"Comma-separated, from {','.join(ALL_METRICS + OPTIONAL_METRICS)} "
+        f"(default: all but profile).",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default={},
+        help=f"Override sizes, e.g. drain=50000,latency=500 (keys: {', '.join(SIZES)}).",
+    )
+    parser.add_argument("--reps", type=int, help="Repetitions per metric (default 3; quick 1).")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.5,
+        help="Idle poll interval in seconds for django-workqueue "
+        "(WORKQUEUE_POLL_INTERVAL) and django-tasks-db (--interval).",
+    )
+    parser.add_argument(
+        "--wq-concurrency",
+        type=_ints,
+        help="runworker --concurrency values to try (default 16,32,64).",
+    )
+    parser.add_argument(
+        "--sqlite-concurrency",
+        type=_ints,
+        help="runworker --concurrency values on SQLite (default 1,4,16).",
+    )
+    parser.add_argument(
+        "--pgq-batch", type=_ints, help="PgQueuer batch_size values to try (default 10,100,500)."
+    )
+    parser.add_argument(
+        "--procrastinate-concurrency",
+        type=_ints,
+        help="Procrastinate worker concurrency values to try (default 10,50).",
+    )
+    parser.add_argument("--keep-dbs", action="store_true", help="Do not drop bench_* at the end.")
+    parser.add_argument("--output", type=Path, default=BENCH / "results" / "latest.json")
+    parser.add_argument("--reinstall", action="store_true", help="Reinstall bench/.venv first.")
+    parser.add_argument("--setup-only", action="store_true", help="Make bench/.venv and stop.")
+    args = parser.parse_args(argv)  # fmt: skip
+    quick = args.quick
+    args.size_values = {**(QUICK_SIZES if quick else SIZES), **args.sizes}
+    args.reps = args.reps or (1 if quick else 3)
+    args.wq_concurrency = args.wq_concurrency or ([32] if quick else [16, 32, 64])
+    args.sqlite_concurrency = args.sqlite_concurrency or ([4] if quick else [1, 4, 16])
+    args.pgq_batch = args.pgq_batch or ([10] if quick else [10, 100, 500])
+    args.procrastinate_concurrency = args.procrastinate_concurrency or ([10] if quick else [10, 50])
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    if not bootstrap.inside_venv():
+        bootstrap.ensure_venv(force=args.reinstall)
+        if args.setup_only:
+            return 0
+        bootstrap.reexec_in_venv(argv)
+    if args.setup_only:
+        return 0
+    from bench.harness import run
+
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,13 @@
+"""Django settings for benchmarking django-workqueue: the test project's, plus the no-op task.
+
+The database still comes from DATABASE_URL (the harness points it at ``bench_workqueue`` or at
+a SQLite file); the bench task module is registered through WORKQUEUE["TASK_MODULES"].
+"""
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import WORKQUEUE
+
+WORKQUEUE = {
+    **WORKQUEUE,
+    "TASK_MODULES": [*WORKQUEUE.get("TASK_MODULES", []), "bench.workqueue_tasks"],
+}
