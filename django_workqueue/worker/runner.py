@@ -15,7 +15,6 @@ so polling always backs up the wake-ups.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import queue as queue_module
@@ -36,15 +35,14 @@ from ..maintenance import reaper
 from ..models import WorkerProcess
 from ..registry import find_task
 from . import wakeup
+from .completer import Completer
 from .execution import (
     AsyncLoop,
     close_unusable_connections,
     is_connection_error,
-    is_transient,
     log_not_written,
     run,
     tidy_connections,
-    unstorable,
 )
 from .lease import LeaseKeeper, RunningJob
 
@@ -89,8 +87,7 @@ class Worker:
         self.finished_count = 0
         self._running: dict[int, RunningJob] = {}  # leased by us: executing or being recorded
         self._executing = 0  # jobs handed to slots whose body has not returned yet
-        self._outcomes: collections.deque[Outcome] = collections.deque()
-        self._progress: dict[int, JobContext] = {}  # reported, not yet written
+        self.completer = Completer(self.driver, self.id)
         self._lock = threading.Lock()
         self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | None] = (
             queue_module.SimpleQueue()
@@ -239,37 +236,15 @@ class Worker:
             reaper.run_once(alias=self.alias)
 
     def _on_progress(self, context: JobContext) -> None:
-        with self._lock:
-            self._progress[context.job.id] = context
+        self.completer.report(context)
         self.wake.set()
 
     def _write_progress(self) -> None:
-        with self._lock:
-            reported, self._progress = self._progress, {}
-        for context in reported.values():
-            context.write_progress()
+        self.completer.write_progress()
 
     def _flush(self) -> None:
-        """Write all finished jobs' outcomes in one statement."""
-        outcomes: list[Outcome] = []
-        while self._outcomes:
-            outcomes.append(self._outcomes.popleft())
-        if not outcomes:
-            return
-        # A slot reports progress before it hands over the outcome, so every report of these
-        # jobs is in hand now: write them while the rows are still running.
-        self._write_progress()
-        try:
-            recorded = self.driver.record_many(self.id, outcomes, skip_locked=True)
-            written, busy = recorded.written, recorded.busy
-        except Exception as exc:
-            if is_transient(exc):
-                self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
-                raise
-            written, busy = self._record_one_by_one(outcomes, exc)
-        if busy:  # rows another session holds locked: keep those outcomes for a later pass
-            self._outcomes.extend(o for o in outcomes if o.job_id in busy)
-        done = [outcome for outcome in outcomes if outcome.job_id not in busy]
+        """Write the outcomes slots handed over, then forget the jobs that are done."""
+        done, written = self.completer.write_outcomes()
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
@@ -279,33 +254,6 @@ class Worker:
         for outcome in done:
             if outcome.job_id not in written:
                 log_not_written(outcome)
-
-    def _record_one_by_one(
-        self, outcomes: list[Outcome], error: Exception
-    ) -> tuple[set[int], set[int]]:
-        """The batch was refused: write each alone; one the database refuses is discarded
-        with an error that says so, so one bad value never blocks the others.
-        Returns (written, busy): busy ones are kept for a later pass."""
-        logger.warning("worker %s: outcome batch refused (%s); writing one by one", self.id, error)
-        written: set[int] = set()
-        busy: set[int] = set()
-        for outcome in outcomes:
-            try:
-                try:
-                    recorded = self.driver.record_many(self.id, [outcome], skip_locked=True)
-                except Exception as exc:
-                    if is_transient(exc):
-                        raise
-                    recorded = self.driver.record_many(
-                        self.id, [unstorable(outcome, exc)], skip_locked=True
-                    )
-            except Exception as exc:  # lost the connection meanwhile: try again later
-                logger.warning("job %s: outcome not written yet (%s)", outcome.job_id, exc)
-                busy.add(outcome.job_id)
-                continue
-            written |= recorded.written
-            busy |= recorded.busy
-        return written, busy
 
     def _fill(self) -> int:
         with self._lock:
@@ -400,7 +348,7 @@ class Worker:
                     self._executing -= 1
                     if outcome is not None and pending:
                         item.context.finished = True
-                        self._outcomes.append(outcome)
+                        self.completer.hand_over(outcome)
                     else:  # recorded in its own transaction, or nothing left to write
                         if self._running.get(job.id) is item:  # not a later attempt's entry
                             del self._running[job.id]
