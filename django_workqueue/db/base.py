@@ -271,13 +271,6 @@ class Driver:
     def configure_control_session(self) -> None:
         """Session settings for a worker's control connection (run once per connection)."""
 
-    def notify(self, queues: set[str]) -> None:
-        """Tell listening workers of new jobs in ``queues`` (sent when the transaction commits)."""
-
     def listener(self, callback: Callable[[str | None], None]) -> Any:
         """A started background listener calling ``callback(queue)``, or None if unsupported."""
         return None
-
-    @staticmethod
-    def load_json(value: Any) -> Any:
-        return json.loads(value) if isinstance(value, str | bytes) else value

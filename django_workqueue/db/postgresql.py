@@ -210,11 +210,6 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"now": now})
             return [row[0] for row in cursor.fetchall()]
 
-    def notify(self, queues: set[str]) -> None:
-        with self.connection.cursor() as cursor:
-            for queue in sorted(queues):
-                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
-
     def listener(self, callback: Callable[[str | None], None]) -> Listener:
         from ..conf import workqueue_settings as conf
 
