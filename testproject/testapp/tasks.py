@@ -1,6 +1,7 @@
 """Tasks used by the test suite (integration and acceptance)."""
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -149,3 +150,46 @@ def returns_object():
 @task
 def ledger_noop(context):
     _ledger(context)
+
+
+# --- The fault battery (tests/chaos): every attempt is written to an append-only ledger file. ---
+# A file, not a table: one os.write per line reaches the kernel before the call returns, so the
+# line survives a SIGKILL of the writer, and it is independent of the database being faulted.
+
+
+def chaos_ledger(path, kind, context):
+    line = json.dumps(
+        {
+            "kind": kind,
+            "job": context.job_id,
+            "attempt": context.attempt,
+            "owner": context.owner,
+            "pid": os.getpid(),
+            "t": time.time(),
+        }
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=2)
+def chaos_work(context, ledger, sleep=0.0):
+    """A job with an external effect: 'start', then the work, then the effect ('effect')."""
+    chaos_ledger(ledger, "start", context)
+    if sleep:
+        time.sleep(sleep)
+    chaos_ledger(ledger, "effect", context)
+    return context.attempt
+
+
+@task(atomic=True, max_attempts=20, backoff=0, lease_seconds=2)
+def chaos_atomic(context, ledger, sleep=0.0):
+    """The transactional variant: its Effect row commits with the job's success, or not at all."""
+    chaos_ledger(ledger, "start", context)
+    Effect.objects.create(job_id=context.job_id, attempt=context.attempt, value=context.owner)
+    if sleep:
+        time.sleep(sleep)
+    return context.attempt
