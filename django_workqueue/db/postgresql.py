@@ -197,7 +197,6 @@ class PostgresDriver(Driver):
             f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
             f"  ELSE 'ready' END, "
             f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
-            f"run_after = {NOW}, "
             f"errors = j.errors || jsonb_build_array(jsonb_build_object("
             f"  'attempt', j.attempt, 'at', {NOW}, 'type', 'LeaseExpired', "
             f"  'message', 'worker ' || j.lease_owner || ' stopped renewing its lease "

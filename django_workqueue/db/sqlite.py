@@ -153,7 +153,6 @@ class SQLiteDriver(Driver):
             f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
             f"  ELSE 'ready' END, "
             f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
-            f"run_after = {NOW}, "
             f"errors = json_insert(errors, '$[#]', json_object("
             f"  'attempt', attempt, 'at', {_ISO_NOW}, 'type', 'LeaseExpired', "
             f"  'message', 'worker ' || lease_owner || ' stopped renewing its lease "

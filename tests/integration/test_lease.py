@@ -43,6 +43,7 @@ def driver():
 class TestReaper:
     def test_expired_lease_returns_the_job_to_ready_and_keeps_the_attempt(self):
         job = JobFactory(running=True, lease_owner="worker-gone")
+        run_after = job.run_after
         untouched = JobFactory(running=True)
         now = job.lease_expires_at + dt.timedelta(seconds=1)
         untouched.lease_expires_at = now + dt.timedelta(seconds=30)
@@ -54,7 +55,8 @@ class TestReaper:
         job = fresh(job)
         assert (job.status, job.attempt, job.max_attempts) == ("ready", 1, 3)
         assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
-        assert job.run_after == now
+        # It keeps its place in the queue: a crash must not send it behind a backlog.
+        assert job.run_after == run_after
         [error] = job.errors
         assert (error["attempt"], error["type"], error["traceback"]) == (1, "LeaseExpired", None)
         assert "worker-gone" in error["message"]
