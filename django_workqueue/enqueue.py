@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -31,6 +30,7 @@ from .exceptions import (
     UnknownQueue,
 )
 from .models import Job
+from .payload import describe
 from .states import ACTIVE, Status
 from .worker import wakeup
 
@@ -82,19 +82,21 @@ def job_template(task: Task) -> NewJob:
     queue = options.queue or spec.queue
     if queue not in conf.QUEUES:
         raise UnknownQueue(
-            f"{owner}: queue {queue!r} is not one of WORKQUEUE['QUEUES'] {list(conf.QUEUES)}; "
-            f"add it there or enqueue to one of those"
+            f"{owner}: queue {describe(queue)} is not one of WORKQUEUE['QUEUES'] "
+            f"{list(conf.QUEUES)}; add it there or enqueue to one of those"
         )
     priority = spec.priority if options.priority is None else options.priority
     if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
         raise InvalidPriority(
             f"{owner}: priority must be an integer from -100 to 100 (higher runs first), "
-            f"got {priority!r}"
+            f"got {describe(priority)}"
         )
-    if options.unique_key is not None and (
-        not isinstance(options.unique_key, str) or not 0 < len(options.unique_key) <= 255
-    ):
-        raise InvalidOption(f"{owner}: unique_key must be a string of 1 to 255 characters")
+    if options.unique_key is not None:
+        if not isinstance(options.unique_key, str) or not 0 < len(options.unique_key) <= 255:
+            raise InvalidOption(f"{owner}: unique_key must be a string of 1 to 255 characters")
+        problem = payload.unstorable_text(options.unique_key)
+        if problem is not None:  # the database would refuse it, or abort the transaction
+            raise InvalidOption(f"{owner}: unique_key {problem}")
     if options.run_at is not None and options.delay is not None:
         raise InvalidOption(f"{owner}: give delay or run_at, not both")
     deadline = options.deadline
@@ -232,10 +234,24 @@ _JOB_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
+# The largest value of the job table's integer columns on every database (PostgreSQL's
+# integer): a larger one would make the INSERT fail and abort the caller's transaction.
+_MAX_INT = 2**31 - 1
+# The longest delay or relative deadline. Far beyond any schedule, and near enough that the
+# database's clock plus it stays a date every database and Python can hold (before year 9999):
+# a later one would fail the INSERT, or be stored in a row that nothing can read back.
+_MAX_SECONDS = 100 * 365 * 24 * 3600
+
+
 def _positive_int(owner: str, name: str, value: Any, default: int) -> int:
     value = default if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOption(f"{owner}: {name} must be a positive integer, got {value!r}")
+        raise InvalidOption(f"{owner}: {name} must be a positive integer, got {describe(value)}")
+    if value > _MAX_INT:
+        raise InvalidOption(
+            f"{owner}: {name} must be at most {_MAX_INT:,} (the largest the job table "
+            f"stores), got {describe(value)}"
+        )
     return value
 
 
@@ -247,6 +263,14 @@ def _aware(owner: str, name: str, value: datetime) -> datetime:
             f"{owner}: {name}={value.isoformat()} is a naive datetime while USE_TZ is on; "
             f"attach a timezone (django.utils.timezone.make_aware or datetime.UTC)"
         )
+    if timezone.is_aware(value):
+        try:
+            value.astimezone(UTC)  # stored in UTC: it must exist there
+        except OverflowError:
+            raise InvalidOption(
+                f"{owner}: {name}={value.isoformat()} is out of range: in UTC it falls "
+                f"outside the years 1 to 9999"
+            ) from None
     return value
 
 
@@ -254,9 +278,15 @@ def _seconds(owner: str, name: str, value: Any) -> float:
     """A non-negative number of seconds from now; the database adds it to its own clock."""
     if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
         raise InvalidOption(
-            f"{owner}: {name} must be seconds (a number) or a timedelta, got {value!r}"
+            f"{owner}: {name} must be seconds (a number) or a timedelta, got {describe(value)}"
         )
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not 0 <= seconds < math.inf:
-        raise InvalidOption(f"{owner}: {name} must not be negative, got {value!r}")
-    return seconds
+    # Compared as given: float() of a huge integer would overflow.
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if seconds < 0:
+        raise InvalidOption(f"{owner}: {name} must not be negative, got {describe(value)}")
+    if not seconds <= _MAX_SECONDS:  # also NaN and infinity
+        raise InvalidOption(
+            f"{owner}: {name} must be a number of seconds up to {_MAX_SECONDS:,} (100 years), "
+            f"got {describe(value)}; for a fixed time use run_at (or a datetime deadline)"
+        )
+    return float(seconds)

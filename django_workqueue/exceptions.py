@@ -106,5 +106,9 @@ class ResultNotJSON(WorkqueueError):
     """The task returned a value that cannot be stored as JSON."""
 
 
+class MalformedArguments(WorkqueueError):
+    """A job row's args and kwargs cannot make a call: the row was not written by enqueue."""
+
+
 class JobNotFinished(WorkqueueError, TimeoutError):
     """``Job.wait()`` timed out before the job reached a terminal status."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 from .exceptions import PayloadNotJSON, PayloadTooLarge
 
 _SCALARS = (str, int, bool, type(None))
 _LEAVE = object()  # marks, on the stack, the end of a container's items
+# Integers this short always convert to text: Python's int-to-text limit is at least 640 digits.
+_SHORT_INT_BITS = 2000
 
 
 def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
@@ -24,6 +27,11 @@ def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
             enclosing.discard(where)
             continue
         if isinstance(item, _SCALARS):
+            if isinstance(item, int) and item.bit_length() > _SHORT_INT_BITS and _too_long(item):
+                return where, (
+                    f"is an integer of more than {sys.get_int_max_str_digits():,} digits, "
+                    f"which Python cannot write as JSON text (pass it as a string)"
+                )
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
@@ -41,10 +49,10 @@ def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
             for key, v in reversed(list(item.items())):
                 if not isinstance(key, str):
                     return where, (
-                        f"has the key {key!r} of type {type(key).__name__}; JSON object keys "
-                        f"are strings (convert the key with str())"
+                        f"has the key {describe(key)} of type {type(key).__name__}; JSON object "
+                        f"keys are strings (convert the key with str())"
                     )
-                stack.append((v, f"{where}[{key!r}]"))
+                stack.append((v, f"{where}[{describe(key)}]"))
             continue
         hint = " (pass value.isoformat())" if hasattr(item, "isoformat") else ""
         return where, f"is a {type(item).__module__}.{type(item).__qualname__}, not JSON{hint}"
@@ -68,7 +76,12 @@ def _is_flat(value: Any) -> bool:
 def encode(value: Any, path: str, owner: str) -> str:
     """JSON-encode ``value`` or raise ``PayloadNotJSON`` naming the offending path."""
     if _is_flat(value):
-        return _storable(_encoder.encode(value), value, path, owner)
+        try:
+            encoded = _encoder.encode(value)
+        except ValueError:  # an integer too long to write as text: the walk below names it
+            pass
+        else:
+            return _storable(encoded, value, path, owner)
     problem = find_non_json(value, path)
     if problem is not None:
         where, reason = problem
@@ -81,13 +94,34 @@ def encode(value: Any, path: str, owner: str) -> str:
         raise PayloadNotJSON(
             f"{owner}: {path} is nested too deeply to encode as JSON; flatten it."
         ) from None
+    except ValueError as exc:  # anything the walk did not foresee still names its owner
+        raise PayloadNotJSON(f"{owner}: {path} cannot be encoded as JSON ({exc}).") from None
     return _storable(encoded, value, path, owner)
+
+
+def _too_long(number: int) -> bool:
+    """Whether Python refuses to write ``number`` as text (``sys.set_int_max_str_digits``)."""
+    try:
+        int.__repr__(number)
+    except ValueError:
+        return True
+    return False
+
+
+def describe(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message: shortened, and safe for integers too long to
+    write as text (whose repr raises)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<an integer of {value.bit_length():,} bits>"
+    return text if len(text) <= limit else f"{text[: limit - 5]}…{text[-4:]}"
 
 
 def _storable(encoded: str, value: Any, path: str, owner: str) -> str:
     # Cheap screens on the encoded text; the walk runs only when one fires.
     if "\\u0000" in encoded or not encoded.isascii():
-        reason = _unstorable_text(value)
+        reason = unstorable_text(value)
         if reason is not None:
             raise PayloadNotJSON(f"{owner}: a string in {path} {reason}.")
     return encoded
@@ -103,7 +137,7 @@ def storable_text(text: str) -> str:
     return text
 
 
-def _unstorable_text(value: Any) -> str | None:
+def unstorable_text(value: Any) -> str | None:
     """The reason a string inside ``value`` cannot be stored, if one cannot."""
     stack = [value]
     while stack:

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connections, transaction
 
 from .. import payload, retry
+from ..apps import import_errors
 from ..conf import workqueue_settings as conf
 from ..context import JobContext
 from ..db import ClaimedJob, Driver, Outcome, OutcomeKind
@@ -26,6 +27,7 @@ from ..exceptions import (
     Discard,
     JobCancelled,
     JobTimeout,
+    MalformedArguments,
     PayloadNotJSON,
     PayloadTooLarge,
     ResultNotJSON,
@@ -35,7 +37,7 @@ from ..exceptions import (
     WorkqueueError,
 )
 from ..payload import storable_text
-from ..registry import Task, get_task
+from ..registry import Task, find_task
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -65,13 +67,16 @@ def run(
     back already written (or None when the lease was lost and the body rolled back); the
     worker batches every other outcome into one write with those of other jobs.
     """
-    try:
-        task = get_task(job.task_name)
-    except TaskNotRegistered as exc:
-        return _failure(job, None, exc), True
+    task = find_task(job.task_name)
+    if task is None:  # retried: a worker running newer code may know it
+        return _failure(job, None, _not_registered(job.task_name)), True
     if job.deadline_passed and job.deadline is not None:
         late = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
         return _outcome(job, OutcomeKind.DISCARD, error=_error(late)), True
+    malformed = _malformed_arguments(job)
+    if malformed is not None:  # the row does not change between attempts: no retry helps
+        error = _error(MalformedArguments(malformed), with_traceback=False)
+        return _outcome(job, OutcomeKind.DISCARD, error=error), True
 
     args = [context, *job.args] if task.spec.takes_context else list(job.args)
     try:
@@ -92,6 +97,48 @@ def run(
     except BaseException as exc:  # a task's failure must never end the slot
         outcome = _classify(task, job, context, exc)
     return outcome, True
+
+
+def _not_registered(task_name: str) -> TaskNotRegistered:
+    """Why this worker cannot run a job of ``task_name``, and what to do about it."""
+    message = (
+        f"no task is registered as {task_name!r} in this worker. If the task still exists, "
+        f"make sure the module that defines it is imported (an installed app's tasks.py, or "
+        f"WORKQUEUE['TASK_MODULES']) and deploy it to every worker; if its code was removed, "
+        f"cancel its jobs. The job is retried until its attempts are spent."
+    )
+    if import_errors:
+        failed = "; ".join(f"{name} ({error})" for name, error in sorted(import_errors.items()))
+        message += f" Task modules that failed to import in this worker: {failed}."
+    return TaskNotRegistered(message)
+
+
+def _malformed_arguments(job: ClaimedJob) -> str | None:
+    """Why the row's args and kwargs cannot make a call, if they cannot (a row written by
+    something other than enqueue: raw SQL, another system, a hand edit)."""
+    try:
+        args, kwargs = job.args, job.kwargs
+    except ValueError as exc:  # e.g. an integer too long for Python to read
+        return f"the job's arguments cannot be read: {exc}; fix the row or cancel the job"
+    if isinstance(args, list) and isinstance(kwargs, dict):
+        return None
+    return (
+        f"the job's args must be a JSON array and its kwargs a JSON object, but the row holds "
+        f"{_json_kind(args)} and {_json_kind(kwargs)} (it was not written by enqueue); fix the "
+        f"row or cancel the job"
+    )
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _run_atomic(
