@@ -17,6 +17,7 @@ from django.db.models.functions import Now
 
 from .conf import workqueue_settings as conf
 from .models import Job
+from .payload import describe
 from .registry import registered_tasks
 from .states import ACTIVE, Status, transition
 
@@ -75,6 +76,11 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     return OperationResult(action="unchanged", count=0, message=f"job {job_id} kept changing")
 
 
+# The attempt counters are 32-bit integers on PostgreSQL: a bigger budget, added to a job's
+# attempt, would make the UPDATE fail. A million more attempts is already "forever".
+_MAX_REDRIVE_ATTEMPTS = 1_000_000
+
+
 def redrive(
     jobs: QuerySet[Job] | Iterable[Job | int] | None = None,
     *,
@@ -89,8 +95,15 @@ def redrive(
 
     >>> redrive(Job.objects.filter(task_name="billing.tasks.charge"))
     """
-    if attempts is not None and (isinstance(attempts, bool) or attempts < 1):
-        raise ValueError(f"attempts must be a positive integer, got {attempts!r}")
+    if attempts is not None and (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not 1 <= attempts <= _MAX_REDRIVE_ATTEMPTS
+    ):
+        raise ValueError(
+            f"attempts must be a positive integer of at most {_MAX_REDRIVE_ATTEMPTS:,}, "
+            f"got {describe(attempts)}"
+        )
     (target,) = transition(Status.FAILED, Status.READY)
     failed = _select(jobs, alias).filter(status=Status.FAILED)
     # A failed job whose unique key another active job of its task holds stays failed:

@@ -193,7 +193,7 @@ def test_redrive_with_nothing_to_do_reports_unchanged():
     assert operations.redrive().count == 0
 
 
-@pytest.mark.parametrize("attempts", [0, -1, True])
+@pytest.mark.parametrize("attempts", [0, -1, True, 1_000_001, 2**40, 2.5, "3"])
 def test_redrive_refuses_a_bad_budget(attempts):
     job = JobFactory(failed=True)
     with pytest.raises(ValueError, match="attempts must be a positive integer"):
