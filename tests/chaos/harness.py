@@ -222,12 +222,14 @@ def check_invariants(
     jobs = {job.pk: job for job in Job.objects.all() if job.pk in ids}
     now = timezone.now()
     starts: dict[tuple[int, int], set[str]] = defaultdict(set)
+    last_attempt: dict[int, int] = defaultdict(int)
     effects: dict[int, list[Entry]] = defaultdict(list)
     for entry in ledger.entries():
         if entry.job not in ids:
             continue
         if entry.kind == "start":
             starts[entry.job, entry.attempt].add(entry.owner)
+            last_attempt[entry.job] = max(last_attempt[entry.job], entry.attempt)
             report.attempts_started += 1
         elif entry.kind == "effect":
             effects[entry.job].append(entry)
@@ -255,7 +257,7 @@ def check_invariants(
         if job.attempt > job.max_attempts:
             report.add(f"job {job_id}: attempt {job.attempt} > budget {job.max_attempts}")
         final_owner = None
-        for attempt in range(1, max([job.attempt, *(a for j, a in starts if j == job_id)]) + 1):
+        for attempt in range(1, max(job.attempt, last_attempt[job_id]) + 1):
             owners = starts.get((job_id, attempt), set())
             if len(owners) > 1:
                 report.add(f"job {job_id} attempt {attempt}: {len(owners)} owners {owners}")
