@@ -194,8 +194,12 @@ class Outcome:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded:
-    written: set[int]
+    written: set[tuple[int, int]]
+    """(job id, attempt) of each outcome written. Not ids alone: a batch may hold two attempts
+    of one job (a stale body's late outcome next to the current attempt's), and only the
+    current one is written."""
     busy: set[int]
+    """Ids of the jobs whose row another session held locked (``skip_locked``)."""
 
 
 class Driver:
@@ -233,15 +237,16 @@ class Driver:
 
         Waits for the row if another session has it locked (an atomic task's success must not
         be mistaken for a lost lease)."""
-        return outcome.job_id in self.record_many(owner, [outcome]).written
+        written = self.record_many(owner, [outcome]).written
+        return (outcome.job_id, outcome.attempt) in written
 
     def record_many(
         self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
     ) -> Recorded:
         """Write many outcomes in one statement, each fenced by (id, ``owner``, attempt).
 
-        ``written`` holds the ids whose outcome was written; with ``skip_locked``, ``busy``
-        holds those whose row another session had locked (try them again later); the rest
+        ``written`` holds (id, attempt) of the outcomes written; with ``skip_locked``, ``busy``
+        holds the ids whose row another session had locked (try them again later); the rest
         had lost their lease.
         """
         raise NotImplementedError
@@ -271,6 +276,11 @@ class Driver:
     def configure_control_session(self) -> None:
         """Session settings for a worker's control connection (run once per connection)."""
 
-    def listener(self, callback: Callable[[str | None], None]) -> Any:
-        """A started background listener calling ``callback(queue)``, or None if unsupported."""
+    def name_session(self, name: str) -> None:
+        """Show this thread's connection as ``name`` where the database lists its sessions
+        (run once per connection; a database without such a list has nothing to do)."""
+
+    def listener(self, callback: Callable[[str | None], None], name: str = "") -> Any:
+        """A started background listener calling ``callback(queue)``, or None if unsupported;
+        ``name`` as in ``name_session``."""
         return None

@@ -138,6 +138,12 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")
 
+    def name_session(self, name: str) -> None:
+        # pg_stat_activity.application_name then says which worker a backend serves (set_config:
+        # SET takes no statement parameters). PostgreSQL keeps the first 63 bytes.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('application_name', %s, false)", [name])
+
     def record_many(
         self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
     ) -> Recorded:
@@ -172,15 +178,17 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id) "
-            f"SELECT v.id, v.id IN (SELECT id FROM written), v.id IN (SELECT id FROM free) FROM v"
+            f"AND j.status = 'running' RETURNING j.id, j.attempt) "
+            # Per outcome, not per id: a batch may hold two attempts of one job.
+            f"SELECT v.id, v.attempt, (v.id, v.attempt) IN (SELECT id, attempt FROM written), "
+            f"v.id IN (SELECT id FROM free) FROM v"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
             rows = cursor.fetchall()
         return Recorded(
-            written={job_id for job_id, written, _ in rows if written},
-            busy={job_id for job_id, _, tried in rows if not tried},
+            written={(job_id, attempt) for job_id, attempt, written, _ in rows if written},
+            busy={job_id for job_id, _, _, tried in rows if not tried},
         )
 
     def reap(self, now: datetime | None = None) -> list[int]:
@@ -209,13 +217,13 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"now": now})
             return [row[0] for row in cursor.fetchall()]
 
-    def listener(self, callback: Callable[[str | None], None]) -> Listener:
+    def listener(self, callback: Callable[[str | None], None], name: str = "") -> Listener:
         from ..conf import workqueue_settings as conf
 
         params = self.connection.get_connection_params()
         for key in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(key, None)
-        listener = Listener(conf.LISTEN_DSN, params, callback)
+        listener = Listener(conf.LISTEN_DSN, params, callback, name)
         listener.start()
         return listener
 
@@ -225,14 +233,21 @@ class Listener(threading.Thread):
 
     It reconnects with backoff when the connection drops and then calls ``callback(None)``, so
     the worker polls once for anything announced while it was deaf. Polling stays on regardless.
+    ``name``, if given, is the connection's application_name (the worker's session name).
     """
 
     def __init__(
-        self, dsn: str | None, params: dict[str, Any], callback: Callable[[str | None], None]
+        self,
+        dsn: str | None,
+        params: dict[str, Any],
+        callback: Callable[[str | None], None],
+        name: str = "",
     ) -> None:
         super().__init__(name="workqueue-listener", daemon=True)
         self.dsn = dsn
-        self.params = params
+        # The worker's name wins over an application_name of the settings or of LISTEN_DSN.
+        self.params = {**params, "application_name": name} if name else params
+        self.dsn_params: dict[str, Any] = {"application_name": name} if name else {}
         self.callback = callback
         self.stopping = threading.Event()
         self.connected = threading.Event()
@@ -245,7 +260,7 @@ class Listener(threading.Thread):
         while not self.stopping.is_set():
             try:
                 if self.dsn:
-                    self.connection = psycopg.connect(self.dsn, autocommit=True)
+                    self.connection = psycopg.connect(self.dsn, autocommit=True, **self.dsn_params)
                 else:
                     self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:

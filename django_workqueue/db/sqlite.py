@@ -143,11 +143,12 @@ class SQLiteDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v WHERE {self.table}.id = v.id AND {self.table}.attempt = v.attempt "
             f"AND {self.table}.lease_owner = :owner AND {self.table}.status = 'running' "
-            f"RETURNING {self.table}.id"
+            f"RETURNING {self.table}.id, {self.table}.attempt"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
-            return Recorded(written={row[0] for row in cursor.fetchall()}, busy=set())
+            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
+        return Recorded(written=written, busy=set())
 
     def reap(self, now: datetime | None = None) -> list[int]:
         spent = "attempt >= max_attempts"

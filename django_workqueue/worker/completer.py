@@ -43,13 +43,14 @@ class Completer:
         for context in reported.values():
             context.write_progress()
 
-    def write_outcomes(self) -> tuple[list[Outcome], set[int]]:
+    def write_outcomes(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write every outcome handed over so far in one statement.
 
-        Returns (done, written): ``done`` are the outcomes dealt with, ``written`` the ids
-        whose outcome was written (the others' leases were lost). Outcomes whose row another
-        session holds locked are kept for a later pass; on a lost connection all are kept and
-        the error is raised.
+        Returns (done, written): ``done`` are the outcomes dealt with, ``written`` (job id,
+        attempt) of those written (the others' leases were lost; a stale attempt's outcome may
+        share its batch with the current attempt's outcome of the same job). Outcomes whose
+        row another session holds locked are kept for a later pass; on a lost connection all
+        are kept and the error is raised.
         """
         outcomes: list[Outcome] = []
         while self._outcomes:
@@ -73,14 +74,14 @@ class Completer:
 
     def _write_one_by_one(
         self, outcomes: list[Outcome], error: Exception
-    ) -> tuple[set[int], set[int]]:
+    ) -> tuple[set[tuple[int, int]], set[int]]:
         """The batch was refused: write each alone; one the database refuses is discarded
         with an error that says so, so one bad value never blocks the others.
         Returns (written, busy): busy ones are kept for a later pass."""
         logger.warning(
             "worker %s: outcome batch refused (%s); writing one by one", self.owner, error
         )
-        written: set[int] = set()
+        written: set[tuple[int, int]] = set()
         busy: set[int] = set()
         for outcome in outcomes:
             try:

@@ -11,6 +11,10 @@ as many jobs as there are free slots in another. Under load each round trip carr
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
 in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval,
 so polling always backs up the wake-ups.
+
+Every connection the worker opens to the jobs database is named ``workqueue:<worker id>``
+(PostgreSQL's ``application_name``), so ``pg_stat_activity`` shows which backends serve which
+worker.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import uuid
 from collections.abc import Sequence
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.db.models.functions import Now
 
 from ..conf import workqueue_settings as conf
@@ -49,6 +55,18 @@ from .lease import LeaseKeeper, RunningJob
 logger = logging.getLogger("django_workqueue.worker")
 
 _MAX_ERROR_BACKOFF = 5.0
+
+# The worker each of its threads (control, slots) serves, so their new connections get its name.
+_serving = threading.local()
+
+
+def _name_new_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    worker = getattr(_serving, "worker", None)
+    if worker is not None and connection.alias == worker.alias:
+        worker.driver.name_session(worker.session_name)
+
+
+connection_created.connect(_name_new_connection, dispatch_uid="django_workqueue.worker.name")
 
 
 class Worker:
@@ -99,36 +117,45 @@ class Worker:
         self._listener: object | None = None
         self._next_reap = 0.0
         self._error_backoff = 0.0
+        self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
 
     # --- public ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``/``max_jobs``, until done); return an exit code."""
-        self._start()
+        serving = getattr(_serving, "worker", None)
+        _serving.worker = self  # this thread is the control thread: its connections are ours
         try:
-            while not self.stopping.is_set():
-                self.wake.clear()
-                claimed = self._tick()
-                if self._finished_work(claimed):
-                    break
-                free = self.concurrency - self.running_count
-                if claimed and free > 0 and not self._error_backoff:
-                    continue  # a full batch came back: more may be waiting
-                if self._error_backoff:  # wake-ups must not cut a backoff short, but the
-                    # heartbeat must not wait for it either: leases of other jobs depend on it
-                    until_renewal = self.leases.next_renewal - time.monotonic()
-                    self.stopping.wait(max(0.05, min(self._error_backoff, until_renewal)))
-                else:
-                    self.wake.wait(self._sleep_for())
+            self._start()
+            try:
+                while not self.stopping.is_set():
+                    self.wake.clear()
+                    claimed = self._tick()
+                    if self._finished_work(claimed):
+                        break
+                    free = self.concurrency - self.running_count
+                    if claimed and free > 0 and not self._error_backoff:
+                        continue  # a full batch came back: more may be waiting
+                    if self._error_backoff:  # wake-ups must not cut a backoff short
+                        self.stopping.wait(self._backoff_for())
+                    else:
+                        self.wake.wait(self._sleep_for())
+            finally:
+                self._shutdown()
         finally:
-            self._shutdown()
+            _serving.worker = serving
         return 0
 
     def stop(self) -> None:
         """Stop claiming, let running jobs finish within the grace period, then return."""
         self.stopping.set()
         self.wake.set()
+
+    @property
+    def session_name(self) -> str:
+        """The name of this worker's database sessions (PostgreSQL's ``application_name``)."""
+        return f"workqueue:{self.id}"
 
     @property
     def running_count(self) -> int:
@@ -153,7 +180,7 @@ class Worker:
     def _start(self) -> None:
         self._registered = False
         try:
-            self._register()
+            self._ensure_session()  # names the session and registers the worker
         except Exception as exc:  # a locked or restarting database: the ticks retry it
             logger.warning("worker %s: could not register yet (%s)", self.id, exc)
             connections[self.alias].close()
@@ -163,7 +190,7 @@ class Worker:
             self._slots.append(slot)
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
-            self._listener = self.driver.listener(self._on_notify)
+            self._listener = self.driver.listener(self._on_notify, self.session_name)
         self._next_reap = time.monotonic() + random.uniform(0, float(conf.REAPER_INTERVAL))
         logger.info(
             "worker %s started: queues=%s concurrency=%s", self.id, self.queues, self.concurrency
@@ -179,6 +206,7 @@ class Worker:
         """
         claimed = 0
         failed = False
+        self._connection_lost = False
         steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
                  self._fill, self._reap)  # fmt: skip
         for step in steps:
@@ -199,20 +227,39 @@ class Worker:
         """Log a failed step and back off; return whether the connection was lost."""
         lost = is_connection_error(exc)
         self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
-        logger.warning(
-            "worker %s: %s failed (%s: %s); retrying in %.1fs",
-            self.id, step.lstrip("_"), type(exc).__name__, exc, self._error_backoff,
-        )  # fmt: skip
         if lost:
             connections[self.alias].close()
             self._db_generation += 1  # slots check their own connections before their next job
+            self._connection_lost = True
+        logger.warning(
+            "worker %s: %s failed (%s: %s); retrying in %.1fs",
+            self.id, step.lstrip("_"), type(exc).__name__, exc, self._backoff_for(),
+        )  # fmt: skip
         return lost
+
+    def _backoff_for(self) -> float:
+        """How long to wait after a failed pass.
+
+        A step that failed on a live connection must not hold up the heartbeat: other jobs'
+        leases depend on it, so the wait ends when a renewal is due. A lost connection fails
+        every step alike: retrying sooner than the backoff only hammers a database that is
+        down or refusing us, so the whole backoff is waited, but never longer than the leases'
+        renewal interval, so that leases are renewed soon after the database is back.
+        """
+        if self._connection_lost:
+            with self._lock:
+                renewal_interval = self.leases.interval(self._running)
+            return max(0.05, min(self._error_backoff, renewal_interval))
+        until_renewal = self.leases.next_renewal - time.monotonic()
+        return max(0.05, min(self._error_backoff, until_renewal))
 
     def _ensure_session(self) -> None:
         connection = connections[self.alias]
         if connection.connection is None or connection.connection is not self._session:
             connection.ensure_connection()
             self.driver.configure_control_session()
+            # Named here too: the connection may predate run() (runworker's check of the tables).
+            self.driver.name_session(self.session_name)
             self._session = connection.connection
         if not self._registered:
             self._register()
@@ -252,7 +299,7 @@ class Worker:
                     del self._running[outcome.job_id]  # not the entry of a later attempt
                 self.finished_count += 1
         for outcome in done:
-            if outcome.job_id not in written:
+            if (outcome.job_id, outcome.attempt) not in written:
                 log_not_written(outcome)
 
     def _fill(self) -> int:
@@ -263,7 +310,9 @@ class Worker:
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
         self._drained = False
-        if free <= 0:
+        # A stop (SIGTERM) may arrive in the middle of a pass: claim nothing after it, or the job
+        # would start only to be released at the end of the grace and run again elsewhere.
+        if free <= 0 or self.stopping.is_set():
             return 0
         jobs = self.driver.claim(self.queues, free, self.id)
         # Nothing ready and nothing running that could still put a job back: burst is done.
@@ -319,6 +368,7 @@ class Worker:
     # --- slots ----------------------------------------------------------------------------
 
     def _slot(self) -> None:
+        _serving.worker = self
         generation = self._db_generation
         while True:
             handed = self._inbox.get()

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from types import FrameType
 from typing import Any
 
@@ -15,7 +16,11 @@ from django.db import connections
 
 from ...conf import workqueue_settings as conf
 from ...models import Job
+from ...worker.execution import is_connection_error
 from ...worker.runner import Worker
+
+logger = logging.getLogger("django_workqueue.worker")
+_MAX_START_BACKOFF = 5.0
 
 
 def queue_list(value: str) -> list[str]:
@@ -82,8 +87,8 @@ class Command(BaseCommand):
                 f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
                 f"{', '.join(conf.QUEUES)}"
             )
-        _require_tables()
         _configure_logging(options["verbosity"])
+        _require_tables()
         worker = Worker(
             queues=queues,
             concurrency=options["concurrency"],
@@ -116,8 +121,29 @@ class Command(BaseCommand):
 
 
 def _require_tables() -> None:
+    """Stop if the job tables are missing; wait while the database cannot be reached.
+
+    A worker (re)started while the database restarts or refuses connections must not exit: its
+    supervisor would restart it in a loop (and systemd gives up after a few quick failures),
+    so it waits with the control loop's backoff instead.
+    """
     alias = conf.DATABASE
-    if Job._meta.db_table not in connections[alias].introspection.table_names():
+    backoff = 0.1
+    while True:
+        try:
+            tables = connections[alias].introspection.table_names()
+            break
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            connections[alias].close()
+            logger.warning(
+                "database %r cannot be reached (%s: %s); retrying in %.1fs",
+                alias, type(exc).__name__, exc, backoff,
+            )  # fmt: skip
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_START_BACKOFF)
+    if Job._meta.db_table not in tables:
         raise CommandError(
             f"the job tables do not exist in database {alias!r}; run "
             f"'manage.py migrate django_workqueue --database {alias}' first"
