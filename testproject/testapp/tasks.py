@@ -193,3 +193,25 @@ def chaos_atomic(context, ledger, sleep=0.0):
     if sleep:
         time.sleep(sleep)
     return context.attempt
+
+
+# Poison pills (tests/chaos/test_poison_pills.py): each attempt writes 'start', then takes its
+# whole worker process down, so only lease expiry and the reaper can end the job. A short lease
+# recovers each attempt quickly; a small budget sends the job to the dead-letter queue soon.
+POISON_EXIT_CODE = 86
+
+
+@task(max_attempts=3, backoff=0, lease_seconds=1)
+def chaos_exit(context, ledger):
+    """Ends its worker with ``os._exit``: no cleanup, no outcome, no log line."""
+    chaos_ledger(ledger, "start", context)
+    os._exit(POISON_EXIT_CODE)
+
+
+@task(max_attempts=3, backoff=0, lease_seconds=1)
+def chaos_segfault(context, ledger):
+    """Crashes its worker with a segmentation fault (reads address 0 through ctypes)."""
+    import ctypes
+
+    chaos_ledger(ledger, "start", context)
+    ctypes.string_at(0)

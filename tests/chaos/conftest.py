@@ -1,4 +1,5 @@
-"""Fixtures of the fault battery: the acceptance tests' real workers, and a ledger per test."""
+"""Fixtures of the fault battery: the acceptance tests' real workers, a ledger per test, and the
+throwaway PostgreSQL cluster (``pgcluster.py``) of the tests that restart a server."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from tests.acceptance.conftest import start_worker, worker_env
 
 from .harness import Ledger
+from .pgcluster import cluster_db, cluster_worker, pgcluster
 
-__all__ = ["ledger", "start_worker", "worker_env"]
+__all__ = ["cluster_db", "cluster_worker", "ledger", "pgcluster", "start_worker", "worker_env"]
 
 
 @pytest.fixture

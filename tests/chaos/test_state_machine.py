@@ -1,0 +1,728 @@
+"""A state-machine property test: hypothesis drives the real engine, a model predicts each step.
+
+Simulated workers ("owners") use the worker's own building blocks, in this thread, against the
+test database (SQLite or PostgreSQL): claims through the driver (``Driver.claim``), the
+heartbeat (``LeaseKeeper.renew``), the job pipeline (``execution.run``) and the batched outcome
+writes (``Completer``, i.e. ``Driver.record_many``); the graceful-shutdown release
+(``Driver.record``); the reaper (``reaper.run_once``); enqueue through ``Task.using().enqueue``;
+``cancel_job``, ``redrive`` and ``retry_job`` from ``operations.py``. An owner may *crash*: it
+stops renewing and claiming, but its jobs stay in its hands, so a later step can let it wake
+(like a SIGSTOPped worker resumed) and try to write a late outcome or progress.
+
+A plain model predicts every step. After each step the whole job table is compared with it:
+no job lost or invented; each job's status change since the previous step is an edge of
+``states.TRANSITIONS``; terminal and ready jobs have no lease, running ones an owner and an
+expiry; ``attempt <= max_attempts``; at most one active job per (task, unique key); status,
+attempt, budget, owner, cancel request and error count per job and the counts per status equal
+the model's; ``Effect`` rows (written inside ``atomic=True`` bodies) exist exactly for the
+succeeded attempts of atomic jobs. Fencing is checked where it happens: an outcome (alone or
+in a batch), a progress report or a renewal is written, and reported written, if and only if the
+model says the writer still holds that attempt's lease, and a refused write leaves the row
+unchanged, every column of it.
+
+How the clock is advanced. The engine reads time only from the database: PostgreSQL's
+``statement_timestamp()``, SQLite's ``strftime(…, 'now')``, Django's ``Now()``; the worker and
+the reaper are called without ``now``, as in production. Nothing is patched. To let N seconds
+pass, every stored timestamp of every row (``run_after``, ``lease_expires_at``, ``deadline``,
+``started_at``, ``enqueued_at``, ``finished_at``, ``cancel_requested_at``, and
+``WorkerProcess`` times) is moved N seconds into the past in one UPDATE per table. That is the
+same as the clock moving N seconds forward: the engine compares stored timestamps with the
+clock (``run_after <= now``, ``lease_expires_at < now``, ``deadline < now``) or with each other
+(the claim's ORDER BY), and ``ts - N <op> now`` holds exactly when ``ts <op> now + N``, while
+differences between stored timestamps do not change. New values are written as ``now + x`` by
+the database itself, consistent with the shifted ones. (The ``at`` of each ``Job.errors`` entry
+is text inside JSON that nothing compares; it is left as written.)
+
+The model keeps a virtual clock (seconds since the example began, moved only by
+``advance_clock``) and ignores the real seconds that pass while an example runs. That is safe
+by construction: every clock step is a multiple of 60 s and every lease, delay, backoff and
+deadline is 0 or 30 s modulo 60, so no model comparison is closer than 30 s, and an example
+lasts far less (an invariant fails loudly if one ever takes 30 s).
+
+Sizes: 100 examples of up to 40 steps by default; ``WORKQUEUE_CHAOS=full`` runs 300 of up to 60.
+A failure prints the shrunk sequence of steps and a ``@reproduce_failure`` blob.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models import Count, F
+from hypothesis import HealthCheck, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from django_workqueue import Discard, JobContext, Retry, Snooze, task
+from django_workqueue.conf import workqueue_settings as conf
+from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
+from django_workqueue.maintenance import reaper
+from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.operations import cancel_job, redrive, retry_job
+from django_workqueue.states import ACTIVE, TERMINAL, Status, can_transition
+from django_workqueue.worker.completer import Completer
+from django_workqueue.worker.execution import run
+from django_workqueue.worker.lease import LeaseKeeper, RunningJob
+from testproject.testapp.models import Effect
+
+pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
+
+FULL = os.environ.get("WORKQUEUE_CHAOS") == "full"
+
+# Clock steps are multiples of 60 s; leases, delays, backoffs and deadlines are 0 or 30 s mod 60.
+ADVANCES = (60, 120, 600)
+LEASES = (30, 90)
+DELAYS = (None, 0, 30, 90)
+DEADLINES = (None, 30, 3630)
+RETRY_DELAY = 90
+MARGIN_SECONDS = 30.0
+
+QUEUES = ("default", "mail")
+# Worker process slots and the queues each serves; a slot left empty by a crash or a shutdown
+# gets a new process (a new owner id) at its next claim, as a supervisor would restart it.
+WORKER_QUEUES = (("default", "mail"), ("default",), ("mail",))
+WORKERS = len(WORKER_QUEUES)
+VERDICTS = ("succeed", "fail", "retry_later", "discard", "snooze", "cooperative")
+JOB_TIMES = (
+    "run_after", "lease_expires_at", "deadline", "started_at", "enqueued_at", "finished_at",
+    "cancel_requested_at",
+)  # fmt: skip
+
+ROW_FIELDS = (
+    "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts", "lease_owner",
+    "lease_expires_at", "started_at", "finished_at", "cancel_requested_at", "unique_key", "errors",
+)  # fmt: skip
+
+#: What the body of attempt (job id, attempt) does, set by the step that runs it.
+verdicts: dict[tuple[int, int], str] = {}
+
+
+def backoff(attempt: int) -> float:
+    """The delay after a plain failure: 0 s after odd attempts, 30 s after even ones."""
+    return 0.0 if attempt % 2 else 30.0
+
+
+def act(context: JobContext) -> dict[str, int]:
+    verdict = verdicts[(context.job_id, context.attempt)]
+    if verdict == "fail":
+        raise ValueError(f"failure of attempt {context.attempt}")
+    if verdict == "retry_later":
+        raise Retry(delay=RETRY_DELAY)
+    if verdict == "discard":
+        raise Discard("discarded by the state machine")
+    if verdict == "snooze":
+        raise Snooze(delay=0)
+    if verdict == "cooperative":  # stops if cancelled (requested, or its lease was lost)
+        context.raise_if_cancelled()
+    return {"attempt": context.attempt}
+
+
+@task(name="chaos.sm.plain", max_attempts=3, lease_seconds=30, backoff=backoff)
+def plain(context: JobContext, n: int = 0) -> dict[str, int]:
+    return act(context)
+
+
+@task(name="chaos.sm.atomic", atomic=True, max_attempts=2, lease_seconds=90, backoff=backoff)
+def atomic(context: JobContext, n: int = 0) -> dict[str, int]:
+    """Writes an Effect in the completion transaction: it must exist iff the attempt succeeded."""
+    Effect.objects.create(job_id=context.job_id, attempt=context.attempt, value="sm")
+    return act(context)
+
+
+TASKS = {t.name: t for t in (plain, atomic)}
+TASK_NAMES = st.sampled_from(sorted(TASKS))
+
+
+@dataclasses.dataclass(slots=True)
+class ModelJob:
+    id: int
+    task: str
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_seconds: int
+    unique_key: str | None
+    run_after: int  # virtual seconds
+    deadline: int | None
+    status: str = Status.READY
+    attempt: int = 0
+    owner: str | None = None
+    lease_expires: int | None = None
+    cancel_requested: bool = False
+    errors: int = 0
+
+
+@dataclasses.dataclass(slots=True, repr=False)
+class Owner:
+    """A simulated worker process: its id, the queues it serves, the leases it holds."""
+
+    id: str
+    queues: tuple[str, ...]
+    running: dict[int, RunningJob] = dataclasses.field(default_factory=dict)
+    crashed: bool = False
+
+    def __repr__(self) -> str:
+        return f"Owner({self.id[:8]}{', crashed' if self.crashed else ''})"
+
+
+Hold = tuple[Owner, JobContext]
+
+
+def clean_tables() -> None:
+    for model in (Job, Effect, WorkerProcess):
+        model.objects.all().delete()
+
+
+def row(job_id: int) -> dict[str, Any]:
+    return Job.objects.filter(pk=job_id).values().get()
+
+
+class JobMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.alias = conf.DATABASE
+        self.driver = driver_for(self.alias)
+        clean_tables()  # defensive: the previous example's teardown already did
+        self.clock = 0
+        self.jobs: dict[int, ModelJob] = {}
+        self.workers: list[Owner | None] = [None] * WORKERS  # live workers, by process slot
+        self.crashed: list[Owner] = []
+        self.orphans: list[Hold] = []  # bodies still running whose worker let go of the job
+        self.effects: set[tuple[int, int]] = set()
+        self.seen: dict[int, str] = {}  # each job's status as last read from the database
+        self.began = time.monotonic()
+
+    def teardown(self) -> None:
+        verdicts.clear()
+        clean_tables()
+
+    # --- model helpers ---------------------------------------------------------------------
+
+    def holds(self, owner_id: str, job_id: int, attempt: int) -> bool:
+        job = self.jobs[job_id]
+        return job.status == Status.RUNNING and job.owner == owner_id and job.attempt == attempt
+
+    def live(self) -> list[Owner]:
+        return [owner for owner in self.workers if owner is not None]
+
+    def worker(self, slot: int) -> Owner:
+        """The live worker in this process slot; a new process (new id) if the slot is empty."""
+        owner = self.workers[slot]
+        if owner is None:
+            owner = self.workers[slot] = Owner(str(uuid.uuid4()), WORKER_QUEUES[slot])
+        return owner
+
+    def leave(self, owner: Owner) -> None:
+        self.workers[self.workers.index(owner)] = None
+
+    def live_holds(self) -> list[Hold]:
+        return [(o, r.context) for o in self.live() for r in o.running.values()]
+
+    def late_holds(self) -> list[Hold]:
+        crashed = [(o, r.context) for o in self.crashed for r in o.running.values()]
+        return crashed + self.orphans
+
+    def key_holder(self, task_name: str, key: str | None) -> ModelJob | None:
+        if key is None:
+            return None
+        for job in self.jobs.values():
+            if job.task == task_name and job.unique_key == key and job.status in ACTIVE:
+                return job
+        return None
+
+    def pick_owner(self, data: st.DataObject, owners: list[Owner]) -> Owner:
+        owner = owners[data.draw(st.integers(0, len(owners) - 1), label="owner")]
+        note(repr(owner))
+        return owner
+
+    def pick(self, data: st.DataObject, holds: list[Hold]) -> Hold:
+        owner, context = holds[data.draw(st.integers(0, len(holds) - 1), label="hold")]
+        note(f"{owner} job {context.job_id} attempt {context.attempt}")
+        return owner, context
+
+    def pick_job(self, data: st.DataObject) -> ModelJob:
+        return self.jobs[data.draw(st.sampled_from(sorted(self.jobs)), label="job")]
+
+    def apply_outcome(self, claimed: ClaimedJob, kind: OutcomeKind, delay: float) -> None:
+        """What a written outcome does to the row (see ``Outcome.status`` and record_many)."""
+        job = self.jobs[claimed.id]
+        status = {
+            OutcomeKind.SUCCEEDED: Status.SUCCEEDED,
+            OutcomeKind.DISCARD: Status.FAILED,
+            OutcomeKind.CANCELLED: Status.CANCELLED,
+        }.get(kind, Status.READY)
+        if kind == OutcomeKind.RETRY and claimed.attempt >= claimed.max_attempts:
+            status = Status.FAILED
+        if kind != OutcomeKind.SUCCEEDED and job.cancel_requested:
+            status = Status.CANCELLED
+        if kind in (OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.CANCELLED):
+            job.errors += 1
+        if kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):
+            job.max_attempts += 1
+        if status == Status.READY:
+            job.run_after = self.clock + int(delay)
+        job.status, job.owner, job.lease_expires = status, None, None
+
+    def expected_outcome(self, context: JobContext, verdict: str) -> tuple[OutcomeKind, float]:
+        claimed = context.job
+        if claimed.deadline_passed:
+            return OutcomeKind.DISCARD, 0.0
+        if verdict == "succeed":
+            return OutcomeKind.SUCCEEDED, 0.0
+        if verdict == "fail":
+            return OutcomeKind.RETRY, backoff(claimed.attempt)
+        if verdict == "retry_later":
+            return OutcomeKind.RETRY, float(RETRY_DELAY)
+        if verdict == "discard":
+            return OutcomeKind.DISCARD, 0.0
+        if verdict == "snooze":
+            return OutcomeKind.SNOOZE, 0.0
+        if not context.cancelled.is_set():
+            return OutcomeKind.SUCCEEDED, 0.0
+        if context.cancel_requested:
+            return OutcomeKind.CANCELLED, 0.0
+        return OutcomeKind.RETRY, backoff(claimed.attempt)  # stopped: it lost its lease
+
+    def forget(self, owner: Owner, context: JobContext) -> None:
+        item = owner.running.get(context.job_id)
+        if item is not None and item.context is context:
+            del owner.running[context.job_id]
+        else:
+            self.orphans = [(o, c) for o, c in self.orphans if c is not context]
+
+    # --- workers ---------------------------------------------------------------------------
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        """The owner stops renewing and claiming; its jobs stay in its (frozen) hands."""
+        owner = self.pick_owner(data, self.live())
+        owner.crashed = True
+        self.leave(owner)
+        self.crashed.append(owner)
+
+    @precondition(lambda self: any(j.status == Status.READY for j in self.jobs.values()))
+    @rule(slot=st.integers(0, WORKERS - 1), limit=st.integers(1, 3))
+    def claim(self, slot: int, limit: int) -> None:
+        owner = self.worker(slot)
+        claimable = {
+            job.id: job
+            for job in self.jobs.values()
+            if job.status == Status.READY and job.queue in owner.queues
+            and job.run_after <= self.clock
+        }  # fmt: skip
+        claimed = self.driver.claim(owner.queues, limit, owner.id)
+        ids = [c.id for c in claimed]
+        assert len(set(ids)) == len(ids), f"a job was claimed twice in one claim: {ids}"
+        assert set(ids) <= set(claimable), f"claimed jobs that are not due: {ids} of {claimable}"
+        assert len(ids) == min(limit, len(claimable)), f"claimed {ids} of {sorted(claimable)}"
+        for left in set(claimable) - set(ids):
+            a = claimable[left]
+            for taken in ids:
+                b = claimable[taken]
+                first = a.priority > b.priority or (
+                    a.priority == b.priority and a.run_after < b.run_after
+                )
+                assert not first, f"job {taken} was claimed before job {left}, which comes first"
+        for c in claimed:
+            job = self.jobs[c.id]
+            assert (c.attempt, c.max_attempts) == (job.attempt + 1, job.max_attempts)
+            assert (c.task_name, c.lease_seconds) == (job.task, job.lease_seconds)
+            assert c.deadline_passed == (job.deadline is not None and job.deadline < self.clock)
+            job.status, job.attempt, job.owner = Status.RUNNING, c.attempt, owner.id
+            job.lease_expires = self.clock + job.lease_seconds
+            stale = owner.running.pop(c.id, None)
+            if stale is not None:  # reaped, then claimed again by the same worker (runner.py)
+                stale.context.lease_lost = True
+                stale.context.cancelled.set()
+                self.orphans.append((owner, stale.context))
+            owner.running[c.id] = RunningJob(JobContext(c, owner=owner.id, driver=self.driver))
+
+    @precondition(lambda self: any(owner.running for owner in self.live()))
+    @rule(data=st.data())
+    def renew(self, data: st.DataObject) -> None:
+        owner = self.pick_owner(data, [o for o in self.live() if o.running])
+        LeaseKeeper(self.driver, owner.id).renew(owner.running)
+        for job_id, item in owner.running.items():
+            context = item.context
+            held = self.holds(owner.id, job_id, context.attempt)
+            assert context.lease_lost == (not held), f"job {job_id}: renewal said lost={not held}"
+            if held:
+                job = self.jobs[job_id]
+                job.lease_expires = self.clock + job.lease_seconds
+                assert context.cancel_requested == job.cancel_requested
+
+    @precondition(lambda self: self.live_holds())
+    @rule(data=st.data(), verdict=st.sampled_from(VERDICTS), progress=st.booleans())
+    def finish(self, data: st.DataObject, verdict: str, progress: bool) -> None:
+        self.run_body(*self.pick(data, self.live_holds()), verdict, progress)
+
+    @precondition(lambda self: self.late_holds())
+    @rule(data=st.data(), verdict=st.sampled_from(VERDICTS), progress=st.booleans())
+    def late_finish(self, data: st.DataObject, verdict: str, progress: bool) -> None:
+        """A crashed (stopped) worker wakes, or a released/taken-over body ends, and writes."""
+        self.run_body(*self.pick(data, self.late_holds()), verdict, progress)
+
+    def run_body(
+        self, owner: Owner, context: JobContext, verdict: str, progress: bool, write: bool = True
+    ) -> Outcome | None:
+        """Run the body as a slot does. An atomic success records itself, in its transaction;
+        any other outcome is written now through a completer (``write``) or returned for a
+        batch."""
+        claimed = context.job
+        key = (claimed.id, claimed.attempt)
+        held = self.holds(owner.id, *key)
+        if progress:  # the body reports progress first (written at once: no control thread)
+            before = row(claimed.id)
+            written = context.set_progress(claimed.attempt, 100, "working")
+            assert written == held, f"progress written={written}, lease held={held}"
+            after = row(claimed.id)
+            if held:
+                assert after["progress_current"] == claimed.attempt
+            else:
+                assert after == before, "a stale owner's progress changed the row"
+        kind, delay = self.expected_outcome(context, verdict)
+        before = row(claimed.id)
+        verdicts[key] = verdict
+        try:
+            outcome, pending = run(claimed, context, self.driver, None)
+        finally:
+            verdicts.pop(key, None)
+        context.finished = True
+        self.forget(owner, context)
+        if pending:
+            assert outcome is not None
+            assert (outcome.kind, outcome.delay) == (kind, delay), outcome
+            if not write:
+                return outcome
+            completer = Completer(self.driver, owner.id)
+            completer.hand_over(outcome)
+            done, written_ids = completer.write_outcomes()
+            assert done == [outcome]
+            written = key in written_ids
+        else:  # an atomic success: recorded in its own transaction, or rolled back
+            assert kind == OutcomeKind.SUCCEEDED and TASKS[claimed.task_name].spec.atomic
+            written = outcome is not None
+        assert written == held, (
+            f"job {claimed.id} attempt {claimed.attempt} by {owner}: outcome {kind} "
+            f"written={written}, but the model says the lease is held={held}"
+        )
+        if not held:
+            assert row(claimed.id) == before, "a stale owner's outcome changed the row"
+            return None
+        self.apply_outcome(claimed, kind, delay)
+        if kind == OutcomeKind.SUCCEEDED and TASKS[claimed.task_name].spec.atomic:
+            self.effects.add(key)
+        return None
+
+    def bodies(self, owner: Owner) -> list[JobContext]:
+        """Every body that may still hand ``owner`` an outcome: its jobs and its orphans."""
+        orphaned = [context for o, context in self.orphans if o is owner]
+        return [item.context for item in owner.running.values()] + orphaned
+
+    def owners_with_bodies(self) -> list[Owner]:
+        owners = [*self.live(), *self.crashed, *(o for o, _ in self.orphans)]
+        unique = list({id(o): o for o in owners}.values())
+        return [o for o in unique if self.bodies(o)]
+
+    @precondition(lambda self: self.owners_with_bodies())
+    @rule(data=st.data())
+    def finish_batch(self, data: st.DataObject) -> None:
+        """Several bodies of one worker end; its control thread writes their outcomes in one
+        batch (a crashed worker that wakes flushes everything that piled up the same way)."""
+        owner = self.pick_owner(data, self.owners_with_bodies())
+        bodies = self.bodies(owner)
+        chosen = data.draw(
+            st.lists(st.integers(0, len(bodies) - 1), min_size=1, max_size=4, unique=True),
+            label="bodies",
+        )
+        batch: list[tuple[Outcome, JobContext]] = []
+        for index in chosen:
+            context = bodies[index]
+            verdict = data.draw(st.sampled_from(VERDICTS), label="verdict")
+            note(f"job {context.job_id} attempt {context.attempt}: {verdict}")
+            outcome = self.run_body(owner, context, verdict, progress=False, write=False)
+            if outcome is not None:
+                batch.append((outcome, context))
+        if not batch:
+            return
+        held = {
+            (o.job_id, o.attempt) for o, _ in batch if self.holds(owner.id, o.job_id, o.attempt)
+        }
+        untouched = {o.job_id for o, _ in batch} - {job_id for job_id, _ in held}
+        before = {job_id: row(job_id) for job_id in untouched}
+        completer = Completer(self.driver, owner.id)
+        for outcome, _ in batch:
+            completer.hand_over(outcome)
+        done, written = completer.write_outcomes()
+        assert done == [o for o, _ in batch]
+        for outcome, context in batch:
+            key = (outcome.job_id, outcome.attempt)
+            reported = key in written
+            assert reported == (key in held), (
+                f"job {key[0]} attempt {key[1]} by {owner}: reported written={reported}, but "
+                f"the model says the lease is held={key in held}"
+            )
+            if key in held:
+                self.apply_outcome(context.job, outcome.kind, outcome.delay)
+        for job_id, snapshot in before.items():
+            assert row(job_id) == snapshot, f"a stale owner's outcome changed job {job_id}"
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data())
+    def shut_down(self, data: st.DataObject) -> None:
+        """Graceful shutdown past its grace: unfinished jobs are released, uncharged."""
+        owner = self.pick_owner(data, self.live())
+        for job_id, item in list(owner.running.items()):
+            context = item.context
+            context.cancelled.set()
+            held = self.holds(owner.id, job_id, context.attempt)
+            outcome = Outcome(
+                job_id=job_id, attempt=context.attempt, kind=OutcomeKind.RELEASE,
+                max_attempts=context.job.max_attempts,
+            )  # fmt: skip
+            written = self.driver.record(owner.id, outcome)
+            assert written == held, f"release of job {job_id}: written={written}, held={held}"
+            if held:
+                self.apply_outcome(context.job, OutcomeKind.RELEASE, 0.0)
+            self.orphans.append((owner, context))  # its body may still hand in an outcome
+        owner.running.clear()
+        self.leave(owner)
+
+    # --- maintenance, operations, clock ------------------------------------------------------
+
+    @precondition(lambda self: any(j.status == Status.RUNNING for j in self.jobs.values()))
+    @rule()
+    def reap(self) -> None:
+        expired = [
+            job for job in self.jobs.values()
+            if job.status == Status.RUNNING and job.lease_expires is not None
+            and job.lease_expires < self.clock
+        ]  # fmt: skip
+        count = reaper.run_once(alias=self.alias)
+        assert count == len(expired), f"reaped {count}, expected {[j.id for j in expired]}"
+        for job in expired:  # a ready job keeps its run_after: its old place in the queue
+            if job.cancel_requested:
+                job.status = Status.CANCELLED
+            elif job.attempt >= job.max_attempts:
+                job.status = Status.FAILED
+            else:
+                job.status = Status.READY
+            job.owner, job.lease_expires = None, None
+            job.errors += 1
+
+    @precondition(lambda self: any(j.status in ACTIVE for j in self.jobs.values()))
+    @rule(seconds=st.sampled_from(ADVANCES))
+    def advance_clock(self, seconds: int) -> None:
+        """Move every stored timestamp back: the same as the database's clock moving on."""
+        shift = timedelta(seconds=seconds)
+        Job.objects.using(self.alias).update(**{name: F(name) - shift for name in JOB_TIMES})
+        WorkerProcess.objects.using(self.alias).update(
+            started_at=F("started_at") - shift, last_seen_at=F("last_seen_at") - shift
+        )
+        self.clock += seconds
+
+    @rule(
+        task_name=TASK_NAMES,
+        queue=st.sampled_from(QUEUES),
+        priority=st.sampled_from((0, 5)),
+        unique_key=st.sampled_from((None, None, "k1", "k2")),
+        delay=st.sampled_from(DELAYS),
+        max_attempts=st.integers(1, 3),
+        lease_seconds=st.sampled_from(LEASES),
+        deadline=st.sampled_from(DEADLINES),
+        count=st.integers(1, 3),
+    )
+    def enqueue(
+        self, task_name: str, queue: str, priority: int, unique_key: str | None,
+        delay: int | None, max_attempts: int, lease_seconds: int, deadline: int | None,
+        count: int,
+    ) -> None:  # fmt: skip
+        """One job (``enqueue``, which may hold a unique key) or several (``enqueue_many``)."""
+        task = TASKS[task_name].using(
+            queue=queue, priority=priority, unique_key=unique_key, delay=delay,
+            max_attempts=max_attempts, lease_seconds=lease_seconds, deadline=deadline,
+        )  # fmt: skip
+        holder = self.key_holder(task_name, unique_key)
+        if unique_key is None and count > 1:
+            jobs = task.enqueue_many([((n,), {}) for n in range(count)])
+            assert len({job.pk for job in jobs}) == count
+        else:
+            jobs = [task.enqueue(0)]
+        if holder is not None:
+            [job] = jobs
+            assert job.duplicate and job.pk == holder.id, f"key {unique_key} held by {holder.id}"
+            return
+        for job in jobs:
+            assert not job.duplicate and job.pk not in self.jobs
+            self.jobs[job.pk] = ModelJob(
+                id=job.pk, task=task_name, queue=queue, priority=priority,
+                max_attempts=max_attempts, lease_seconds=lease_seconds, unique_key=unique_key,
+                run_after=self.clock + (delay or 0),
+                deadline=None if deadline is None else self.clock + deadline,
+            )  # fmt: skip
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job = self.pick_job(data)
+        result = cancel_job(job.id, alias=self.alias)
+        if job.status in (Status.BLOCKED, Status.READY):
+            expected = "cancelled"
+            job.status, job.cancel_requested = Status.CANCELLED, True
+        elif job.status == Status.RUNNING and not job.cancel_requested:
+            expected = "cancel_requested"
+            job.cancel_requested = True
+        else:
+            expected = "unchanged"
+        assert result.action == expected, f"cancel_job({job.id}) of a {job.status} job: {result}"
+
+    def redriven(self, job: ModelJob, attempts: int | None) -> None:
+        budget = attempts or TASKS[job.task].spec.max_attempts
+        job.status, job.max_attempts = Status.READY, job.attempt + budget
+        job.run_after, job.cancel_requested = self.clock, False
+
+    @precondition(lambda self: any(j.status == Status.FAILED for j in self.jobs.values()))
+    @rule(data=st.data(), everything=st.booleans(), attempts=st.sampled_from((None, 1, 2)))
+    def redrive_failed(self, data: st.DataObject, everything: bool, attempts: int | None) -> None:
+        if everything:
+            chosen = set(self.jobs)
+        else:
+            ids = st.sampled_from(sorted(self.jobs))
+            chosen = data.draw(st.sets(ids, min_size=1, max_size=4), label="jobs")
+        failed = [self.jobs[i] for i in sorted(chosen) if self.jobs[i].status == Status.FAILED]
+        free = [job for job in failed if job.unique_key is None]
+        # Failed jobs sharing a key nobody active holds: exactly one of them may come back.
+        contenders: dict[tuple[str, str], list[ModelJob]] = collections.defaultdict(list)
+        for job in failed:
+            if job.unique_key is not None and self.key_holder(job.task, job.unique_key) is None:
+                contenders[(job.task, job.unique_key)].append(job)
+        result = redrive(
+            None if everything else sorted(chosen), alias=self.alias, attempts=attempts
+        )
+        assert result.count == len(free) + len(contenders), f"{result}; model: {free} {contenders}"
+        for job in free:
+            self.redriven(job, attempts)
+        for group in contenders.values():
+            statuses = dict(
+                Job.objects.filter(pk__in=[j.id for j in group]).values_list("id", "status")
+            )
+            back = [job for job in group if statuses[job.id] == Status.READY]
+            assert len(back) == 1, f"{len(back)} jobs of one unique key were redriven"
+            self.redriven(back[0], attempts)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def retry(self, data: st.DataObject) -> None:
+        job = self.pick_job(data)
+        result = retry_job(job.id, alias=self.alias)
+        expected = "unchanged"
+        if job.status == Status.FAILED and self.key_holder(job.task, job.unique_key) is None:
+            expected = "retried"
+            self.redriven(job, None)
+        elif job.status == Status.READY and job.run_after > self.clock:
+            expected = "retried"
+            job.run_after = self.clock
+        assert result.action == expected, f"retry_job({job.id}) of a {job.status} job: {result}"
+
+    # --- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def database_matches_model(self) -> None:
+        rows = {r["id"]: r for r in Job.objects.using(self.alias).values(*ROW_FIELDS)}
+        assert set(rows) == set(self.jobs), (
+            f"lost: {sorted(set(self.jobs) - set(rows))}, unknown: {set(rows) - set(self.jobs)}"
+        )
+        for job_id, r in rows.items():
+            status = r["status"]
+            previous = self.seen.get(job_id)
+            if previous is None:
+                assert status == Status.READY, f"job {job_id} appeared as {status}"
+            elif previous != status:
+                assert can_transition(previous, status), (
+                    f"job {job_id}: illegal transition {previous} -> {status}"
+                )
+            self.seen[job_id] = status
+
+            where = f"job {job_id} ({status})"
+            if status in TERMINAL:
+                assert (r["lease_owner"], r["lease_expires_at"]) == (None, None), where
+                assert r["finished_at"] is not None, where
+            elif status == Status.RUNNING:
+                assert r["lease_owner"] is not None, where
+                assert r["lease_expires_at"] is not None and r["started_at"] is not None, where
+            else:
+                assert (r["lease_owner"], r["lease_expires_at"], r["finished_at"]) == (
+                    None, None, None,
+                ), where  # fmt: skip
+            assert r["attempt"] <= r["max_attempts"], f"{where}: attempt past max_attempts"
+
+            job = self.jobs[job_id]
+            actual = (
+                r["task_name"], r["queue"], r["priority"], status, r["attempt"],
+                r["max_attempts"], r["lease_owner"], r["unique_key"],
+                r["cancel_requested_at"] is not None, len(r["errors"]),
+            )  # fmt: skip
+            modelled = (
+                job.task, job.queue, job.priority, job.status, job.attempt, job.max_attempts,
+                job.owner, job.unique_key, job.cancel_requested, job.errors,
+            )  # fmt: skip
+            assert actual == modelled, f"{where}: database {actual} != model {modelled}"
+
+    @invariant()
+    def unique_keys_counts_and_effects(self) -> None:
+        active_keys = collections.Counter(
+            Job.objects.using(self.alias)
+            .filter(status__in=ACTIVE, unique_key__isnull=False)
+            .values_list("task_name", "unique_key")
+        )
+        assert all(n == 1 for n in active_keys.values()), f"shared unique keys: {active_keys}"
+        counts = dict(
+            Job.objects.using(self.alias)
+            .order_by()
+            .values("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        assert counts == dict(collections.Counter(j.status for j in self.jobs.values()))
+        effects = list(Effect.objects.values_list("job_id", "attempt"))
+        assert len(effects) == len(set(effects)), (
+            f"an attempt's effect was written twice: {effects}"
+        )
+        assert set(effects) == self.effects, "effects exist exactly for succeeded atomic attempts"
+
+    @invariant()
+    def within_the_clock_margin(self) -> None:
+        elapsed = time.monotonic() - self.began
+        assert elapsed < MARGIN_SECONDS, (
+            f"this example ran {elapsed:.0f}s of real time; the model ignores real time only "
+            f"while an example stays under {MARGIN_SECONDS:.0f}s (see the module docstring)"
+        )
+
+
+@pytest.mark.timeout(3600 if FULL else 900)
+def test_job_state_machine() -> None:
+    """Random interleavings of every job operation keep every invariant, on this database."""
+    run_state_machine_as_test(
+        JobMachine,
+        settings=settings(
+            max_examples=300 if FULL else 100,
+            stateful_step_count=60 if FULL else 40,
+            deadline=None,
+            database=None,  # no .hypothesis directory in the repository; failures print a blob
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
