@@ -31,6 +31,7 @@ from .exceptions import (
 )
 from .models import Job
 from .payload import describe
+from .registry import MAX_ATTEMPTS
 from .states import ACTIVE, Status
 from .worker import wakeup
 
@@ -104,7 +105,9 @@ def job_template(task: Task) -> NewJob:
         task_name=spec.name,
         queue=queue,
         priority=priority,
-        max_attempts=_positive_int(owner, "max_attempts", options.max_attempts, spec.max_attempts),
+        max_attempts=_positive_int(
+            owner, "max_attempts", options.max_attempts, spec.max_attempts, MAX_ATTEMPTS
+        ),
         lease_seconds=_positive_int(
             owner, "lease_seconds", options.lease_seconds, spec.lease_seconds
         ),
@@ -243,14 +246,14 @@ _MAX_INT = 2**31 - 1
 _MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
-def _positive_int(owner: str, name: str, value: Any, default: int) -> int:
+def _positive_int(owner: str, name: str, value: Any, default: int, limit: int = _MAX_INT) -> int:
     value = default if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOption(f"{owner}: {name} must be a positive integer, got {describe(value)}")
-    if value > _MAX_INT:
+    if value > limit:
+        why = "the largest the job table stores" if limit == _MAX_INT else "the largest budget"
         raise InvalidOption(
-            f"{owner}: {name} must be at most {_MAX_INT:,} (the largest the job table "
-            f"stores), got {describe(value)}"
+            f"{owner}: {name} must be at most {limit:,} ({why}), got {describe(value)}"
         )
     return value
 

@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from .conf import workqueue_settings as conf
 from .models import Job
 from .payload import describe
-from .registry import registered_tasks
+from .registry import MAX_ATTEMPTS, registered_tasks
 from .states import ACTIVE, Status, transition
 
 logger = logging.getLogger("django_workqueue.operations")
@@ -76,11 +76,6 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     return OperationResult(action="unchanged", count=0, message=f"job {job_id} kept changing")
 
 
-# The attempt counters are 32-bit integers on PostgreSQL: a bigger budget, added to a job's
-# attempt, would make the UPDATE fail. A million more attempts is already "forever".
-_MAX_REDRIVE_ATTEMPTS = 1_000_000
-
-
 def redrive(
     jobs: QuerySet[Job] | Iterable[Job | int] | None = None,
     *,
@@ -98,10 +93,10 @@ def redrive(
     if attempts is not None and (
         isinstance(attempts, bool)
         or not isinstance(attempts, int)
-        or not 1 <= attempts <= _MAX_REDRIVE_ATTEMPTS
+        or not 1 <= attempts <= MAX_ATTEMPTS
     ):
         raise ValueError(
-            f"attempts must be a positive integer of at most {_MAX_REDRIVE_ATTEMPTS:,}, "
+            f"attempts must be a positive integer of at most {MAX_ATTEMPTS:,}, "
             f"got {describe(attempts)}"
         )
     (target,) = transition(Status.FAILED, Status.READY)

@@ -113,8 +113,10 @@ def describe(value: Any, limit: int = 80) -> str:
     write as text (whose repr raises)."""
     try:
         text = repr(value)
-    except ValueError:
-        return f"<an integer of {value.bit_length():,} bits>"
+    except Exception:  # a huge integer, or an object whose __repr__ is broken
+        if isinstance(value, int):
+            return f"<an integer of {value.bit_length():,} bits>"
+        return f"<a {type(value).__qualname__}>"
     return text if len(text) <= limit else f"{text[: limit - 5]}…{text[-4:]}"
 
 

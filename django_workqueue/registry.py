@@ -166,14 +166,23 @@ def task(
     return register(func) if func is not None else register
 
 
+# The largest attempt budget. Snoozes, releases and redrives add to a job's budget and its
+# attempt counter, 32-bit integers on PostgreSQL: a budget near their limit would make those
+# writes fail. A million attempts is already "forever".
+MAX_ATTEMPTS = 1_000_000
+
+
 def _validate_spec(spec: TaskSpec) -> None:
     if spec.atomic and spec.is_async:
         raise InvalidOption(
             f"task {spec.name}: atomic=True needs a sync function (the body runs inside a "
             f"database transaction); make it a plain def"
         )
-    if spec.max_attempts < 1:
-        raise InvalidOption(f"task {spec.name}: max_attempts must be at least 1")
+    if not 1 <= spec.max_attempts <= MAX_ATTEMPTS:
+        raise InvalidOption(
+            f"task {spec.name}: max_attempts must be from 1 to {MAX_ATTEMPTS:,}, "
+            f"got {spec.max_attempts!r}"
+        )
     if spec.lease_seconds < 1:
         raise InvalidOption(f"task {spec.name}: lease_seconds must be at least 1")
     if spec.timeout is not None and spec.timeout <= 0:

@@ -185,8 +185,8 @@ class Outcome:
             row["etype"] = self.error.get("type", "")
             row["emessage"] = self.error.get("message", "")
             row["etraceback"] = self.error.get("traceback")
-        if status == Status.READY:
-            row["delay"] = float(self.delay)
+        if status == Status.READY and self.kind != OutcomeKind.RELEASE:
+            row["delay"] = float(self.delay)  # a released job keeps its run_after (its place)
         if not self.charges_attempt:
             row["extra_attempts"] = 1
         return row
@@ -276,9 +276,9 @@ class Driver:
     def configure_control_session(self) -> None:
         """Session settings for a worker's control connection (run once per connection)."""
 
-    def name_session(self, name: str) -> None:
-        """Show this thread's connection as ``name`` where the database lists its sessions
-        (run once per connection; a database without such a list has nothing to do)."""
+    def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
+        """Show ``connection`` (by default this thread's) as ``name`` where the database lists
+        its sessions (run once per connection; a database without such a list does nothing)."""
 
     def listener(self, callback: Callable[[str | None], None], name: str = "") -> Any:
         """A started background listener calling ``callback(queue)``, or None if unsupported;

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
@@ -138,10 +140,10 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")
 
-    def name_session(self, name: str) -> None:
+    def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:
         # SET takes no statement parameters). PostgreSQL keeps the first 63 bytes.
-        with self.connection.cursor() as cursor:
+        with (connection or self.connection).cursor() as cursor:
             cursor.execute("SELECT set_config('application_name', %s, false)", [name])
 
     def record_many(
@@ -172,7 +174,7 @@ class PostgresDriver(Driver):
             f"errors = CASE WHEN v.has_error THEN j.errors || jsonb_build_array(jsonb_build_object("
             f"  'attempt', j.attempt, 'at', {CLOCK}, 'type', v.etype, 'message', v.emessage, "
             f"  'traceback', v.etraceback)) ELSE j.errors END, "
-            f"run_after = CASE WHEN v.status = 'ready' "
+            f"run_after = CASE WHEN v.status = 'ready' AND v.delay IS NOT NULL "
             f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
             f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
             f"lease_owner = NULL, lease_expires_at = NULL "
@@ -200,8 +202,8 @@ class PostgresDriver(Driver):
         sql = (
             f"WITH expired AS MATERIALIZED (SELECT id FROM {self.table} "
             f"  WHERE status = 'running' AND lease_expires_at < {NOW} "
-            f"  ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED) "
-            f"UPDATE {self.table} AS j SET "
+            f"  ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED), "
+            f"reaped AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
             f"  ELSE 'ready' END, "
             f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
@@ -211,10 +213,14 @@ class PostgresDriver(Driver):
             f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM expired WHERE j.id = expired.id AND j.status = 'running' "
-            f"AND j.lease_expires_at < {NOW} RETURNING j.id"
+            f"AND j.lease_expires_at < {NOW} RETURNING j.id, j.queue, j.status), "
+            # Jobs back in ready wake the workers of their queues, as an enqueue does.
+            f"notified AS (SELECT pg_notify(%(channel)s, q.queue) "
+            f"  FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'ready') AS q) "
+            f"SELECT id, (SELECT count(*) FROM notified) FROM reaped"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": now})
+            cursor.execute(sql, {"now": now, "channel": CHANNEL})
             return [row[0] for row in cursor.fetchall()]
 
     def listener(self, callback: Callable[[str | None], None], name: str = "") -> Listener:

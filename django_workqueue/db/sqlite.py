@@ -136,7 +136,7 @@ class SQLiteDriver(Driver):
             f"  json_object('attempt', {self.table}.attempt, 'at', {_ISO_NOW}, "
             f"  'type', v.etype, 'message', v.emessage, 'traceback', v.etraceback)) "
             f"  ELSE {self.table}.errors END, "
-            f"run_after = CASE WHEN v.status = 'ready' THEN "
+            f"run_after = CASE WHEN v.status = 'ready' AND v.delay IS NOT NULL THEN "
             f"  strftime({_FORMAT}, 'now', printf('%%+.6f seconds', v.delay)) "
             f"  ELSE {self.table}.run_after END, "
             f"max_attempts = {self.table}.max_attempts + COALESCE(v.extra_attempts, 0), "

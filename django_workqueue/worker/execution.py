@@ -118,8 +118,9 @@ def _malformed_arguments(job: ClaimedJob) -> str | None:
     something other than enqueue: raw SQL, another system, a hand edit)."""
     try:
         args, kwargs = job.args, job.kwargs
-    except ValueError as exc:  # e.g. an integer too long for Python to read
-        return f"the job's arguments cannot be read: {exc}; fix the row or cancel the job"
+    except (ValueError, RecursionError) as exc:  # an integer too long, nesting too deep
+        reason = exc if isinstance(exc, ValueError) else "they are nested too deeply"
+        return f"the job's arguments cannot be read: {reason}; fix the row or cancel the job"
     if isinstance(args, list) and isinstance(kwargs, dict):
         return None
     return (

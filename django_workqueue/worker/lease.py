@@ -48,12 +48,15 @@ class LeaseKeeper:
         return now >= self.next_renewal
 
     def renew(self, running: Mapping[int, RunningJob]) -> None:
-        """Renew all leases in ``running``; mark lost leases and requested cancellations."""
-        self.next_renewal = time.monotonic() + self.interval(running)
+        """Renew all leases in ``running``; mark lost leases and requested cancellations.
+
+        If the statement fails, the renewal stays due: the control loop retries it after its
+        error backoff instead of a whole interval later (a lease outlives only as many missed
+        renewals as fit in it)."""
+        started = time.monotonic()
         leases = [(job_id, r.context.job.attempt) for job_id, r in running.items()]
-        if not leases:
-            return
-        renewed = self.driver.renew(self.owner, leases)
+        renewed = self.driver.renew(self.owner, leases) if leases else {}
+        self.next_renewal = started + self.interval(running)
         for job_id, item in running.items():
             context = item.context
             if context.finished:  # recorded its outcome while we were renewing

@@ -62,8 +62,12 @@ _serving = threading.local()
 
 def _name_new_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
     worker = getattr(_serving, "worker", None)
-    if worker is not None and connection.alias == worker.alias:
-        worker.driver.name_session(worker.session_name)
+    if worker is None or connection.alias != worker.alias:
+        return
+    try:  # the connection that was just opened, which need not be the thread's own
+        worker.driver.name_session(worker.session_name, connection)
+    except Exception as exc:  # a name is for dashboards: it must never fail a connect
+        logger.debug("worker %s: could not name a session: %s", worker.id, exc)
 
 
 connection_created.connect(_name_new_connection, dispatch_uid="django_workqueue.worker.name")
@@ -240,17 +244,18 @@ class Worker:
     def _backoff_for(self) -> float:
         """How long to wait after a failed pass.
 
-        A step that failed on a live connection must not hold up the heartbeat: other jobs'
-        leases depend on it, so the wait ends when a renewal is due. A lost connection fails
-        every step alike: retrying sooner than the backoff only hammers a database that is
-        down or refusing us, so the whole backoff is waited, but never longer than the leases'
-        renewal interval, so that leases are renewed soon after the database is back.
+        The wait never runs past a renewal that is not due yet: leases depend on it. Once a
+        renewal is due and the connection is lost, every step fails alike, and retrying sooner
+        than the backoff only hammers a database that is down or refusing us: the whole
+        backoff is waited (0.1 s doubling to 5 s), but never longer than the leases' renewal
+        interval, so that they are renewed soon after the database is back. (A renewal that
+        failed stays due, see ``LeaseKeeper.renew``.)
         """
-        if self._connection_lost:
+        until_renewal = self.leases.next_renewal - time.monotonic()
+        if self._connection_lost and until_renewal <= 0:  # the renewal itself is failing
             with self._lock:
                 renewal_interval = self.leases.interval(self._running)
             return max(0.05, min(self._error_backoff, renewal_interval))
-        until_renewal = self.leases.next_renewal - time.monotonic()
         return max(0.05, min(self._error_backoff, until_renewal))
 
     def _ensure_session(self) -> None:
@@ -259,7 +264,7 @@ class Worker:
             connection.ensure_connection()
             self.driver.configure_control_session()
             # Named here too: the connection may predate run() (runworker's check of the tables).
-            self.driver.name_session(self.session_name)
+            self.driver.name_session(self.session_name, connection)
             self._session = connection.connection
         if not self._registered:
             self._register()
@@ -280,7 +285,8 @@ class Worker:
         now = time.monotonic()
         if now >= self._next_reap:
             self._next_reap = now + float(conf.REAPER_INTERVAL) * random.uniform(0.8, 1.2)
-            reaper.run_once(alias=self.alias)
+            if reaper.run_once(alias=self.alias):
+                self.wake.set()  # jobs may be ready again: claim them on the next pass
 
     def _on_progress(self, context: JobContext) -> None:
         self.completer.report(context)

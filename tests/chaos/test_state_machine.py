@@ -271,7 +271,7 @@ class JobMachine(RuleBasedStateMachine):
             job.errors += 1
         if kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):
             job.max_attempts += 1
-        if status == Status.READY:
+        if status == Status.READY and kind != OutcomeKind.RELEASE:  # a release keeps its place
             job.run_after = self.clock + int(delay)
         job.status, job.owner, job.lease_expires = status, None, None
 

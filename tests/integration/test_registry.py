@@ -196,8 +196,8 @@ def test_atomic_sync_task_is_accepted():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_attempts": 0}, "max_attempts must be at least 1"),
-        ({"max_attempts": -2}, "max_attempts must be at least 1"),
+        ({"max_attempts": 0}, "max_attempts must be from 1 to 1,000,000, got 0"),
+        ({"max_attempts": -2}, "max_attempts must be from 1 to 1,000,000, got -2"),
         ({"lease_seconds": 0}, "lease_seconds must be at least 1"),
         ({"timeout": 0}, "timeout must be a positive number of seconds"),
         ({"timeout": -1.5}, "timeout must be a positive number of seconds"),

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-import time
+import threading
 from types import FrameType
 from typing import Any
 
@@ -16,11 +16,16 @@ from django.db import connections
 
 from ...conf import workqueue_settings as conf
 from ...models import Job
-from ...worker.execution import is_connection_error
+from ...worker.execution import is_transient
 from ...worker.runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
 _MAX_START_BACKOFF = 5.0
+# Refusals no waiting cures: SQLSTATE classes 28 (the password or role is rejected) and 3D (no
+# such database). A refused connection carries no SQLSTATE in psycopg, only the server's
+# message: these are PostgreSQL's English texts (under another lc_messages, the worker waits).
+_FATAL_SQLSTATE_PREFIXES = ("28", "3D")
+_FATAL_MESSAGES = ("does not exist", "authentication failed", "no pg_hba.conf entry")
 
 
 def queue_list(value: str) -> list[str]:
@@ -88,15 +93,8 @@ class Command(BaseCommand):
                 f"{', '.join(conf.QUEUES)}"
             )
         _configure_logging(options["verbosity"])
-        _require_tables()
-        worker = Worker(
-            queues=queues,
-            concurrency=options["concurrency"],
-            burst=options["burst"],
-            max_jobs=options["max_jobs"],
-            poll_interval=options["poll_interval"],
-            worker_id=options["worker_id"],
-        )
+        worker: Worker | None = None
+        stopped = threading.Event()  # a signal while waiting for the database
         signals_seen = 0
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -108,10 +106,25 @@ class Command(BaseCommand):
             sys.stderr.write(
                 f"{signal.Signals(signum).name}: draining (signal again to exit at once)\n"
             )
-            worker.stop()
+            stopped.set()
+            if worker is not None:
+                worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if not _require_tables(stopped):
+            self.stdout.write("runworker: stopped while waiting for the database")
+            return
+        worker = Worker(
+            queues=queues,
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            poll_interval=options["poll_interval"],
+            worker_id=options["worker_id"],
+        )
+        if stopped.is_set():  # a signal arrived while the worker was being built
+            worker.stop()
         self.stdout.write(
             f"runworker {worker.id}: queues={','.join(queues)} "
             f"concurrency={worker.concurrency} pid={os.getpid()}"
@@ -120,12 +133,21 @@ class Command(BaseCommand):
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
 
 
-def _require_tables() -> None:
+def _cannot_be_cured(exc: BaseException) -> bool:
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
+    return sqlstate.startswith(_FATAL_SQLSTATE_PREFIXES) or any(
+        text in str(exc) for text in _FATAL_MESSAGES
+    )
+
+
+def _require_tables(stopped: threading.Event) -> bool:
     """Stop if the job tables are missing; wait while the database cannot be reached.
 
     A worker (re)started while the database restarts or refuses connections must not exit: its
     supervisor would restart it in a loop (and systemd gives up after a few quick failures),
-    so it waits with the control loop's backoff instead.
+    so it waits with the control loop's backoff instead. Errors no wait can cure (a rejected
+    password, a database that does not exist) stop it at once. Returns False if a signal
+    stopped the wait.
     """
     alias = conf.DATABASE
     backoff = 0.1
@@ -134,20 +156,22 @@ def _require_tables() -> None:
             tables = connections[alias].introspection.table_names()
             break
         except Exception as exc:
-            if not is_connection_error(exc):
+            if not is_transient(exc) or _cannot_be_cured(exc):
                 raise
             connections[alias].close()
             logger.warning(
                 "database %r cannot be reached (%s: %s); retrying in %.1fs",
                 alias, type(exc).__name__, exc, backoff,
             )  # fmt: skip
-            time.sleep(backoff)
+            if stopped.wait(backoff):
+                return False
             backoff = min(backoff * 2, _MAX_START_BACKOFF)
     if Job._meta.db_table not in tables:
         raise CommandError(
             f"the job tables do not exist in database {alias!r}; run "
             f"'manage.py migrate django_workqueue --database {alias}' first"
         )
+    return True
 
 
 def _configure_logging(verbosity: int) -> None:
