@@ -318,7 +318,11 @@ def wait_all_terminal(
 
 def record(test: str, **figures: Any) -> None:
     """Print a test's figures, and append them to $WORKQUEUE_CHAOS_REPORT (``make chaos``)."""
-    line = json.dumps({"test": test, "full": FULL, **figures}, default=str)
+    from django.db import connection
+
+    line = json.dumps(
+        {"test": test, "full": FULL, "vendor": connection.vendor, **figures}, default=str
+    )
     print(f"chaos figures: {line}")
     path = os.environ.get("WORKQUEUE_CHAOS_REPORT")
     if path:

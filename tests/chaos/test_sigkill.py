@@ -4,8 +4,10 @@ Real ``runworker`` processes under a supervisor that restarts them; the test SIG
 hold running jobs, at even intervals over the length of a fault-free run of the same size, and
 then checks the ledger and the table (``harness.check_invariants``).
 
-Pass criteria: 0 jobs lost and every invariant of the checker; every orphan's next attempt starts
-within lease + reaper interval + 2 s of the kill; in the full run (4 workers x 8 slots, 10,000 jobs,
+Pass criteria: 0 jobs lost and every invariant of the checker; every orphan (a job the killed
+worker held) is reaped within lease + reaper interval + 2 s of the kill, unless, on PostgreSQL,
+the completion the worker had already sent committed after its death (then the job succeeded on
+that very attempt); in the full run (4 workers x 8 slots, 10,000 jobs,
 100 kills) the faulted run takes at most 1.5x the fault-free one. Both databases.
 """
 
@@ -84,28 +86,40 @@ def run(start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: 
 
     # Each orphan is recovered (reaped: its LeaseExpired error is stamped with the database's
     # clock, which is this machine's) within the bound; its next attempt's start is reported.
-    reaped_at = {}
-    for job in Job.objects.filter(pk__in={j for kill in supervisor.kills for j, _ in kill.orphans}):
+    # One exception, on PostgreSQL: a statement the worker sent just before it died still runs
+    # to its end on the server (a backend notices its client is gone only when it next talks
+    # to it), so a completion in flight can commit after the kill. Such a job was not orphaned
+    # after all: it succeeded on the very attempt the dead worker held, and was never reaped.
+    orphaned = {j for kill in supervisor.kills for j, _ in kill.orphans}
+    reaped_at: dict[tuple[int, int], float] = {}
+    final: dict[int, tuple[str, int]] = {}
+    for job in Job.objects.filter(pk__in=orphaned):
+        final[job.pk] = (job.status, job.attempt)
         for error in job.errors:
             if error["type"] == "LeaseExpired":
-                reaped_at[job.pk, error["attempt"]] = datetime.fromisoformat(
-                    error["at"]
-                ).timestamp()
+                at = datetime.fromisoformat(error["at"]).timestamp()
+                reaped_at[job.pk, error["attempt"]] = at
     next_start: dict[tuple[int, int], float] = {}
     for entry in sorted(ledger.entries(), key=lambda e: e.t):
         if entry.kind == "start":
             for attempt in range(1, entry.attempt):
                 next_start.setdefault((entry.job, attempt), entry.t)
     orphans = [(kill.at, orphan) for kill in supervisor.kills for orphan in kill.orphans]
-    recoveries = [reaped_at[orphan] - at for at, orphan in orphans]
-    restarts = [next_start[orphan] - at for at, orphan in orphans]
+    landed = [o for _, o in orphans if o not in reaped_at]
+    unexplained = [o for o in landed if final[o[0]] != ("succeeded", o[1])]
+    assert not unexplained, f"orphans neither reaped nor completed by their owner: {unexplained}"
+    if connection.vendor == "sqlite":  # a SQLite write is done in the process that dies
+        assert not landed, f"orphans completed after their worker was killed: {landed}"
+    recoveries = [reaped_at[o] - at for at, o in orphans if o in reaped_at]
+    restarts = [next_start[o] - at for at, o in orphans if o in reaped_at]
     late = [round(r, 2) for r in recoveries if r > RECOVERY_BOUND]
     assert not late, f"orphans recovered later than {RECOVERY_BOUND}s after the kill: {late}"
     supervisor.stop_all()
     return {
         "seconds": round(elapsed, 2),
         "kills": len(supervisor.kills),
-        "orphans": len(recoveries),
+        "orphans": len(orphans),
+        "completed_in_flight": len(landed),
         "recovery_max_s": round(max(recoveries, default=0.0), 2),
         "next_attempt_max_s": round(max(restarts, default=0.0), 2),
         "reruns": report.duplicate_attempts,
