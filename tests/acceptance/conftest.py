@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from .processes import RunworkerProcess, worker_environment
-
-StartWorker = Callable[..., RunworkerProcess]
+from .processes import StartWorker, stop_started, worker_environment, worker_starter
 
 
 @pytest.fixture
@@ -42,17 +40,6 @@ def start_worker(
 
     >>> worker = start_worker("--concurrency", "4", name="a", env={"WORKQUEUE_GRACE": "0.2"})
     """
-    started: list[RunworkerProcess] = []
-
-    def start(
-        *args: str, name: str = "worker", env: dict[str, str] | None = None
-    ) -> RunworkerProcess:
-        process = RunworkerProcess(name, args, worker_env(**(env or {})), tmp_path)
-        started.append(process)
-        return process
-
+    start, started = worker_starter(worker_env, tmp_path)
     yield start
-    for process in started:
-        process.kill()
-    for process in started:
-        print(process.describe())
+    stop_started(started)

@@ -74,6 +74,36 @@ def run_manage(args: Iterable[str], env: Mapping[str, str], timeout: float = 60)
     )
 
 
+StartWorker = Callable[..., "RunworkerProcess"]
+
+
+def worker_starter(
+    build_env: Callable[..., dict[str, str]], log_dir: Path
+) -> tuple[StartWorker, list[RunworkerProcess]]:
+    """A ``start(*args, name=..., env={...})`` for a fixture, and the list of what it started
+    (for the fixture to kill and describe at teardown)."""
+    started: list[RunworkerProcess] = []
+
+    def start(
+        *args: str, name: str = "worker", env: dict[str, str] | None = None
+    ) -> RunworkerProcess:
+        process = RunworkerProcess(name, args, build_env(**(env or {})), log_dir)
+        started.append(process)
+        return process
+
+    return start, started
+
+
+def stop_started(started: Iterable[RunworkerProcess]) -> None:
+    """Teardown: SIGKILL every process still alive, then print each one's logs (pytest shows
+    them only when the test failed)."""
+    processes = list(started)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        print(process.describe())
+
+
 class WorkerExited(AssertionError):
     """A worker process ended while a test still expected it to run."""
 

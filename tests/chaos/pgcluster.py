@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,13 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.acceptance.processes import RunworkerProcess, run_manage, worker_environment
+from tests.acceptance.processes import (
+    StartWorker,
+    run_manage,
+    stop_started,
+    worker_environment,
+    worker_starter,
+)
 
 BINDIR = Path(os.environ.get("WORKQUEUE_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
 PREFIX = "wq-pgcluster-"
@@ -307,27 +313,13 @@ def cluster_db(pgcluster: PostgresCluster, django_db_blocker: Any) -> Iterator[P
             connection.settings_dict.update(saved)
 
 
-StartWorker = Callable[..., RunworkerProcess]
-
-
 @pytest.fixture
 def cluster_worker(cluster_db: PostgresCluster, tmp_path: Path) -> Iterator[StartWorker]:
     """Start ``runworker`` processes on the cluster (role ``wq``); all are killed at the end.
 
     >>> worker = cluster_worker("--concurrency", "4", name="a", env={"WORKQUEUE_GRACE": "1"})
     """
-    started: list[RunworkerProcess] = []
-
-    def start(
-        *args: str, name: str = "worker", env: dict[str, str] | None = None
-    ) -> RunworkerProcess:
-        process = RunworkerProcess(name, args, cluster_db.worker_env(**(env or {})), tmp_path)
-        started.append(process)
-        return process
-
+    start, started = worker_starter(cluster_db.worker_env, tmp_path)
     yield start
-    for process in started:
-        process.kill()
-    for process in started:
-        print(process.describe())
+    stop_started(started)
     print(f"--- cluster log (tail):\n{cluster_db.log_text()[-6000:]}")
