@@ -6,11 +6,9 @@ import logging
 from django.apps import AppConfig, apps
 from django.utils.module_loading import module_has_submodule
 
-logger = logging.getLogger("django_workqueue")
+from .registry import import_errors
 
-# Task modules that failed to import: reported once by a system check and the worker's log,
-# while every other task keeps working.
-import_errors: dict[str, str] = {}
+logger = logging.getLogger("django_workqueue")
 
 
 class WorkqueueConfig(AppConfig):

@@ -12,7 +12,8 @@ from .conf import DEFAULTS
 from .conf import workqueue_settings as conf
 
 _POSITIVE_NUMBERS = (
-    "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "RETRY_BACKOFF_MAX",
+    "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
+    "RETRY_BACKOFF_MAX",
 )  # fmt: skip
 _POSITIVE_INTS = (
     "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
@@ -167,7 +168,7 @@ def check_runworker_owner(app_configs: Any = None, **kwargs: Any) -> list[checks
 
 @checks.register()
 def check_task_imports(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .apps import import_errors
+    from .registry import import_errors
 
     return [
         checks.Warning(

@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": 10.0,
     # How often each worker runs the reaper (expired leases) at most.
     "REAPER_INTERVAL": 5.0,
+    # How often each worker moves scheduled jobs whose time has come to ready: a delayed job
+    # starts within this long of its run_after.
+    "PROMOTE_INTERVAL": 1.0,
     # How long SIGTERM waits for running jobs before releasing them back to ready.
     "SHUTDOWN_GRACE_SECONDS": 30.0,
     # Use LISTEN/NOTIFY on PostgreSQL for instant wake-ups (polling stays on as a fallback).

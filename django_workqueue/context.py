@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .exceptions import JobCancelled
+from .exceptions import InvalidProgress, JobCancelled
 from .payload import storable_text
 
 if TYPE_CHECKING:
-    from .db import ClaimedJob, Driver
+    from .db import ClaimedJob, Driver, Progress
 
 
 _event_lock = threading.Lock()
+
+# The progress columns are 64-bit integers on every database.
+_BIGINT = (-(2**63), 2**63 - 1)
+PROGRESS_MESSAGE_LENGTH = 500
+
+
+class AbortReason(enum.StrEnum):
+    """Why a running job was told to stop (``context.abort_reason``, ``JobCancelled.reason``)."""
+
+    CANCEL_REQUESTED = "cancel_requested"
+    """An operator or the code asked for it (``cancel_job``); the job ends ``cancelled``."""
+    LEASE_LOST = "lease_lost"
+    """Another worker owns the job now (this one stalled past its lease and it was reaped)."""
+    COMPLETED_ELSEWHERE = "completed_elsewhere"
+    """The job was finished outside this worker; nothing this attempt does is recorded."""
+    DELETED = "deleted"
+    """The job's row is gone."""
+    TIMEOUT = "timeout"
+    """The task ran past its ``timeout``."""
+    SHUTDOWN = "shutdown"
+    """The worker is stopping and the grace period is over; the job goes back to ready."""
+
+
+_WHY = {
+    AbortReason.CANCEL_REQUESTED: "cancellation was requested",
+    AbortReason.LEASE_LOST: "this worker lost the job's lease",
+    AbortReason.COMPLETED_ELSEWHERE: "the job was completed elsewhere",
+    AbortReason.DELETED: "the job was deleted",
+    AbortReason.TIMEOUT: "the task ran past its timeout",
+    AbortReason.SHUTDOWN: "the worker is shutting down",
+}
 
 
 class JobContext:
@@ -42,21 +74,45 @@ class JobContext:
         self._on_progress = on_progress
         self.progress: tuple[int, int | None, str] | None = None
         self._cancelled: threading.Event | None = None
-        self.cancel_requested = False
-        self.lease_lost = False
-        self.timed_out = False
+        self.abort_reason: AbortReason | None = None
+        """Why the job was told to stop, or None while it may go on."""
         self.finished = False
+        self.released = False  # handed back to ready by the worker's shutdown
 
     @property
     def cancelled(self) -> threading.Event:
-        """Set when cancellation was requested, the timeout passed, the lease was lost or the
-        worker is shutting down past its grace period."""
+        """Set once the job must stop: see ``abort_reason`` for why."""
         # Made on first use: most jobs never look at it, and an Event is not free per job.
         if self._cancelled is None:
             with _event_lock:
                 if self._cancelled is None:
                     self._cancelled = threading.Event()
         return self._cancelled
+
+    def abort(self, reason: AbortReason) -> bool:
+        """Tell the job to stop for ``reason``; the first reason stays. Returns whether this
+        call set it (the worker logs each abort once)."""
+        with _event_lock:
+            first = self.abort_reason is None
+            if first:
+                self.abort_reason = reason
+        self.cancelled.set()
+        return first
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.abort_reason == AbortReason.CANCEL_REQUESTED
+
+    @property
+    def timed_out(self) -> bool:
+        return self.abort_reason == AbortReason.TIMEOUT
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether this worker no longer holds the job (its outcome will not be recorded)."""
+        return self.abort_reason in (
+            AbortReason.LEASE_LOST, AbortReason.COMPLETED_ELSEWHERE, AbortReason.DELETED
+        )  # fmt: skip
 
     @property
     def attempt(self) -> int:
@@ -69,40 +125,65 @@ class JobContext:
     def set_progress(self, current: int, total: int | None = None, message: str = "") -> bool:
         """Report progress; returns False once this worker has lost the job's lease.
 
+        ``current`` and ``total`` are integers within 64 bits (``InvalidProgress``, a
+        ``ValueError``, otherwise); ``message`` is any text, made storable (NUL and lone
+        surrogates escaped) and cut to 500 characters.
+
         Inside a worker the value is handed to the worker's control thread, which writes the
-        latest value of every job at its next pass (promptly: the call wakes it). The task's
-        own connection and transaction are never used, so an ``atomic=True`` body may report
-        progress too, and a burst of calls costs one write.
+        latest value of every job at its next pass (promptly: the call wakes it), or with the
+        job's outcome if the job ends first. The task's own connection and transaction are
+        never used, so an ``atomic=True`` body may report progress too, and a burst of calls
+        costs one write.
         """
         self.progress = (
-            int(current),
-            None if total is None else int(total),
-            storable_text(str(message)[:500]),
+            _progress_int("current", current),
+            None if total is None else _progress_int("total", total),
+            storable_text(str(message))[:PROGRESS_MESSAGE_LENGTH],
         )
         if self._on_progress is None:  # run outside a worker (tests, tools): write now
             return self.write_progress()
         self._on_progress(self)
         return not self.lease_lost
 
-    def write_progress(self) -> bool:
-        """Write the latest reported progress (fenced by lease owner and attempt)."""
+    def progress_report(self) -> Progress | None:
+        """The latest report as the driver writes it, or None if nothing was reported."""
+        from .db import Progress
+
         if self.progress is None:
-            return True
+            return None
         current, total, message = self.progress
-        return self._driver.set_progress(
-            self.owner, self.job.id, self.job.attempt, current, total, message
-        )
+        return Progress(
+            job_id=self.job.id, attempt=self.job.attempt, current=current, total=total,
+            message=message,
+        )  # fmt: skip
+
+    def write_progress(self) -> bool:
+        """Write the latest reported progress now (fenced by lease owner and attempt)."""
+        report = self.progress_report()
+        if report is None:
+            return True
+        written = self._driver.write_progress(self.owner, [report]).written
+        return (report.job_id, report.attempt) in written
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``JobCancelled`` if the job should stop now."""
+        """Raise ``JobCancelled`` (with ``reason``) if the job should stop now."""
         if self.cancelled.is_set():
-            raise JobCancelled(self._why())
+            raise JobCancelled(self._why(), reason=self.abort_reason)
 
     def _why(self) -> str:
-        if self.lease_lost:
-            return "this worker lost the job's lease"
-        if self.timed_out:
-            return "the task ran past its timeout"
-        if self.cancel_requested:
-            return "cancellation was requested"
-        return "the worker is shutting down"
+        return _WHY[self.abort_reason or AbortReason.SHUTDOWN]
+
+
+def _progress_int(name: str, value: Any) -> int:
+    try:
+        number = int(value)  # floats are cut, as int() does
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidProgress(
+            f"set_progress: {name} must be an integer, got {type(value).__name__}"
+        ) from None
+    if not _BIGINT[0] <= number <= _BIGINT[1]:
+        raise InvalidProgress(
+            f"set_progress: {name}={number} is outside the 64-bit range the job row stores "
+            f"({_BIGINT[0]} to {_BIGINT[1]}); report a smaller unit (e.g. thousands) or a ratio"
+        )
+    return number

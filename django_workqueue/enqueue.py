@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
 
-from . import payload
+from . import payload, wakeup
 from .conf import workqueue_settings as conf
 from .db import NewJob, driver_for
 from .exceptions import (
@@ -33,7 +33,6 @@ from .models import Job
 from .payload import describe
 from .registry import MAX_ATTEMPTS
 from .states import ACTIVE, Status
-from .worker import wakeup
 
 if TYPE_CHECKING:
     from .registry import Task
@@ -205,7 +204,7 @@ def _insert(
     transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
     if unsaved is not None:
         for job, pk in zip(unsaved, rows.ids, strict=True):
-            job.pk, job.run_after = pk, rows.run_after
+            job.pk, job.run_after, job.status = pk, rows.run_after, rows.status
             job.enqueued_at, job.deadline = rows.enqueued_at, rows.deadline
             job._state.adding, job._state.db = False, alias
         return unsaved
@@ -214,7 +213,7 @@ def _insert(
         task_name=template.task_name, queue=template.queue, priority=template.priority,
         max_attempts=template.max_attempts, lease_seconds=template.lease_seconds,
         unique_key=template.unique_key, run_after=rows.run_after, deadline=rows.deadline,
-        enqueued_at=rows.enqueued_at,
+        enqueued_at=rows.enqueued_at, status=rows.status,
     )  # fmt: skip
     return [_saved(alias, shared, call, pk) for call, pk in zip(calls, rows.ids, strict=True)]
 
@@ -230,7 +229,7 @@ def _saved(alias: str, shared: dict[str, Any], call: Call, pk: int) -> Job:
 _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 # What a fresh row holds in the columns the insert leaves alone.
 _JOB_DEFAULTS: dict[str, Any] = {
-    "status": Status.READY.value, "attempt": 0, "lease_owner": None, "lease_expires_at": None,
+    "attempt": 0, "lease_owner": None, "lease_expires_at": None,
     "cancel_requested_at": None, "progress_current": None, "progress_total": None,
     "progress_message": "", "result": None, "started_at": None,
     "finished_at": None,

@@ -49,7 +49,13 @@ class Discard(JobControl):
 
 
 class JobCancelled(JobControl):
-    """Raised by ``context.raise_if_cancelled()`` once cancellation was requested."""
+    """Raised by ``context.raise_if_cancelled()`` once the job must stop; ``reason`` says why
+    (an ``AbortReason``: cancel_requested, lease_lost, completed_elsewhere, deleted, timeout,
+    shutdown)."""
+
+    def __init__(self, message: str = "cancelled", reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # --- raised at enqueue -------------------------------------------------------------------------
@@ -104,6 +110,10 @@ class DeadlineExceeded(WorkqueueError):
 
 class ResultNotJSON(WorkqueueError):
     """The task returned a value that cannot be stored as JSON."""
+
+
+class InvalidProgress(WorkqueueError, ValueError):
+    """``set_progress`` got a value the job's row cannot hold (raised in the task, at the call)."""
 
 
 class MalformedArguments(WorkqueueError):

@@ -4,6 +4,9 @@ Indexes are designed for the hot path, not added by accident:
 
 * ``wq_job_claim`` covers the claim's whole ``ORDER BY`` (queue, priority DESC, run_after, id) and
   holds ``ready`` rows only, so it stays small while finished rows pile up;
+* ``wq_job_scheduled`` holds ``scheduled`` rows only, ordered by ``run_after``, for the
+  promoter: jobs waiting for a later time live there, not in the claim index, so claims cost
+  the same next to a million of them as next to none;
 * ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
 * ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs.
 """
@@ -77,6 +80,11 @@ class Job(models.Model):
                 condition=models.Q(status="ready"),
             ),
             models.Index(
+                fields=["run_after"],
+                name="wq_job_scheduled",
+                condition=models.Q(status="scheduled"),
+            ),
+            models.Index(
                 fields=["lease_expires_at"],
                 name="wq_job_lease",
                 condition=models.Q(status="running"),
@@ -87,7 +95,7 @@ class Job(models.Model):
             models.UniqueConstraint(
                 fields=["task_name", "unique_key"],
                 name="wq_job_unique_active",
-                condition=models.Q(status__in=["blocked", "ready", "running"]),
+                condition=models.Q(status__in=["blocked", "scheduled", "ready", "running"]),
             ),
             models.CheckConstraint(
                 condition=models.Q(priority__gte=-100, priority__lte=100),

@@ -12,10 +12,12 @@ import logging
 from collections.abc import Iterable
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Case, Exists, F, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from .conf import workqueue_settings as conf
+from .context import AbortReason
+from .db import driver_for
 from .models import Job
 from .payload import describe
 from .registry import MAX_ATTEMPTS, registered_tasks
@@ -42,13 +44,15 @@ def _jobs(alias: str | None) -> QuerySet[Job]:
 def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     """Cancel a job: a waiting job never runs; a running one is asked to stop.
 
-    A running job sees ``context.cancelled`` at its worker's next heartbeat and ends
-    ``cancelled`` (never retried) when it stops by raising.
+    A running job's ``context.cancelled`` is set with ``abort_reason == "cancel_requested"``
+    — on PostgreSQL at once (a NOTIFY delivered when this transaction commits), elsewhere at
+    its worker's next heartbeat — and the job ends ``cancelled`` (never retried) however its
+    attempt ends, unless it succeeds.
     """
     job_id = job.pk if isinstance(job, Job) else job
     jobs = _jobs(alias).filter(pk=job_id)
     for _ in range(3):  # the job may move between our guarded updates; each try re-reads
-        waiting = [Status.BLOCKED, Status.READY]
+        waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
         for source in waiting:
             transition(source, Status.CANCELLED)
         if jobs.filter(status__in=waiting).update(
@@ -58,9 +62,10 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
         if jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).update(
             cancel_requested_at=Now()
         ):
+            driver_for(jobs.db).notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
             return OperationResult(
                 action="cancel_requested", count=1,
-                message=f"job {job_id} is running; its worker will stop it at the next heartbeat",
+                message=f"job {job_id} is running; its worker has been asked to stop it",
             )  # fmt: skip
         status = jobs.values_list("status", flat=True).first()
         if status is None:
@@ -134,6 +139,7 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
         status=target,
         max_attempts=F("attempt") + budget,
         run_after=Now(),
+        deadline=_deadline_unless_passed(),
         finished_at=None,
         cancel_requested_at=None,
         lease_owner=None,
@@ -141,20 +147,28 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
     )
 
 
+def _deadline_unless_passed() -> Case:
+    """A deadline that has passed is cleared (an operator who runs a job again means it to
+    run); one still ahead is kept."""
+    return Case(When(deadline__lt=Now(), then=Value(None)), default=F("deadline"))
+
+
 def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     """Run a job again as soon as possible.
 
-    A failed job is redriven (fresh attempt budget); a ready job waiting for its retry delay or
-    schedule becomes due now. Other statuses are left alone.
+    A failed job is redriven (fresh attempt budget); a job waiting for its retry delay or
+    schedule becomes due now. Either way a deadline that has passed is cleared. Other
+    statuses are left alone.
     """
     job_id = job.pk if isinstance(job, Job) else job
     redriven = redrive([job_id], alias=alias)
     if redriven:
         return OperationResult(action="retried", count=1, message=f"job {job_id} redriven")
+    (ready,) = transition(Status.SCHEDULED, Status.READY)
     if (
         _jobs(alias)
-        .filter(pk=job_id, status=Status.READY, run_after__gt=Now())
-        .update(run_after=Now())
+        .filter(pk=job_id, status=Status.SCHEDULED)
+        .update(status=ready, run_after=Now(), deadline=_deadline_unless_passed())
     ):
         return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
     status = _jobs(alias).filter(pk=job_id).values_list("status", flat=True).first()

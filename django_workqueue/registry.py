@@ -53,6 +53,10 @@ class TaskSpec:
 
 _registry: dict[str, Task] = {}
 
+# Task modules that failed to import (module -> error): reported by a system check, by
+# runworker at start and in the error of a job whose task is missing.
+import_errors: dict[str, str] = {}
+
 
 class Task:
     """A registered task. Call it like the function, or ``enqueue`` it to run on a worker."""

@@ -12,6 +12,7 @@ from django.db import models
 
 class Status(models.TextChoices):
     BLOCKED = "blocked", "Blocked"
+    SCHEDULED = "scheduled", "Scheduled"
     READY = "ready", "Ready"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -20,10 +21,17 @@ class Status(models.TextChoices):
 
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    Status.BLOCKED: frozenset({Status.READY, Status.CANCELLED}),
+    Status.BLOCKED: frozenset({Status.READY, Status.SCHEDULED, Status.CANCELLED}),
+    # scheduled -> ready: the promoter, once run_after has come (or an operator's retry).
+    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED}),
+    # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
+    # a job whose body returned just as it was released (see Worker._release_remaining).
     Status.READY: frozenset({Status.RUNNING, Status.CANCELLED}),
-    # running -> ready: retry, snooze, reaped lease, graceful-shutdown release.
-    Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.READY}),
+    # running -> ready: reaped lease, graceful-shutdown release, retry or snooze without delay;
+    # running -> scheduled: retry or snooze with a delay.
+    Status.RUNNING: frozenset(
+        {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.READY, Status.SCHEDULED}
+    ),
     Status.SUCCEEDED: frozenset(),
     # failed is the dead-letter queue; redrive moves a job back to ready.
     Status.FAILED: frozenset({Status.READY}),
@@ -31,7 +39,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 TERMINAL: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
-ACTIVE: frozenset[Status] = frozenset({Status.BLOCKED, Status.READY, Status.RUNNING})
+ACTIVE: frozenset[Status] = frozenset(
+    {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING}
+)
 
 
 class IllegalTransition(RuntimeError):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, OutcomeKind, Recorded
+from ..outcomes import Outcome, OutcomeKind
+from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
 
 __all__ = [
-    "ClaimedJob", "Driver", "Inserted", "NewJob", "Outcome", "OutcomeKind", "Recorded",
-    "driver_for",
+    "ClaimedJob", "Driver", "Expired", "Inserted", "NewJob", "Outcome", "OutcomeKind",
+    "Progress", "Recorded", "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")

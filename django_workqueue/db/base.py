@@ -8,27 +8,21 @@ whether it changed a row: a stale worker's late write changes nothing.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-import enum
 import json
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Now
 
 from ..models import Job
+from ..outcomes import Outcome
 from ..states import Status, transition
-
-
-class OutcomeKind(enum.StrEnum):
-    SUCCEEDED = "succeeded"
-    RETRY = "retry"  # back to ready after a delay, or failed once the attempts are spent
-    DISCARD = "discard"  # failed now, whatever attempts remain
-    CANCELLED = "cancelled"
-    SNOOZE = "snooze"  # back to ready after a delay; the attempt is not charged
-    RELEASE = "release"  # graceful shutdown: back to ready now; the attempt is not charged
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +69,8 @@ class Inserted:
     run_after: datetime
     enqueued_at: datetime
     deadline: datetime | None
+    status: str
+    """``ready``, or ``scheduled`` when ``run_after`` is later than the database's clock."""
 
 
 class ClaimedJob:
@@ -134,64 +130,6 @@ class ClaimedJob:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
 
 
-@dataclasses.dataclass(slots=True, kw_only=True)
-class Outcome:
-    job_id: int
-    attempt: int
-    kind: OutcomeKind
-    max_attempts: int
-    result_json: str | None = None
-    error: dict[str, Any] | None = None
-    delay: float = 0.0
-    _encoded: str | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    def encoded(self) -> str:
-        """``row()`` as JSON, made once (slots make it, so the control thread only joins)."""
-        if self._encoded is None:
-            self._encoded = json.dumps(self.row(), separators=(",", ":"))
-        return self._encoded
-
-    @property
-    def status(self) -> Status:
-        """The status this outcome writes (a cancel request turns any failure into cancelled)."""
-        if self.kind == OutcomeKind.SUCCEEDED:
-            return Status.SUCCEEDED
-        if self.kind == OutcomeKind.DISCARD:
-            return Status.FAILED
-        if self.kind == OutcomeKind.CANCELLED:
-            return Status.CANCELLED
-        if self.kind == OutcomeKind.RETRY and self.attempt >= self.max_attempts:
-            return Status.FAILED
-        return Status.READY
-
-    @property
-    def charges_attempt(self) -> bool:
-        return self.kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE)
-
-    def row(self) -> dict[str, Any]:
-        """This outcome as one row of the batch that ``Driver.record_many`` writes."""
-        (status,) = transition(Status.RUNNING, self.status)
-        row: dict[str, Any] = {
-            "id": self.job_id,
-            "attempt": self.attempt,
-            "status": status.value,
-            "succeeded": self.kind == OutcomeKind.SUCCEEDED,
-        }
-        # Keys left out arrive as NULL: a success carries only its result, keeping batches small.
-        if self.result_json is not None:
-            row["result"] = self.result_json
-        if self.error is not None:
-            row["has_error"] = True
-            row["etype"] = self.error.get("type", "")
-            row["emessage"] = self.error.get("message", "")
-            row["etraceback"] = self.error.get("traceback")
-        if status == Status.READY and self.kind != OutcomeKind.RELEASE:
-            row["delay"] = float(self.delay)  # a released job keeps its run_after (its place)
-        if not self.charges_attempt:
-            row["extra_attempts"] = 1
-        return row
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded:
     written: set[tuple[int, int]]
@@ -199,11 +137,46 @@ class Recorded:
     of one job (a stale body's late outcome next to the current attempt's), and only the
     current one is written."""
     busy: set[int]
-    """Ids of the jobs whose row another session held locked (``skip_locked``)."""
+    """Ids of the jobs whose row another session held locked (``skip_locked``): try them
+    again later. A row that no longer exists is never busy."""
 
 
-class Driver:
-    """Vendor SQL for one database alias. Subclasses fill in the statements."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A running job's latest progress report, validated by ``JobContext.set_progress``."""
+
+    job_id: int
+    attempt: int
+    current: int
+    total: int | None
+    message: str
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "id": self.job_id, "attempt": self.attempt, "pcurrent": self.current,
+            "ptotal": self.total, "pmessage": self.message,
+        }  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Expired:
+    """A running job whose lease has expired, as ``Driver.expired_leases`` locked it."""
+
+    id: int
+    attempt: int
+    max_attempts: int
+    owner: str
+    queue: str
+
+
+class Driver(abc.ABC):
+    """Vendor SQL for one database alias: the statements of the hot path, one class per vendor.
+
+    Drivers store what was decided above them (``outcomes.Outcome.row()``, the claim order, the
+    promotion of due jobs); they do not decide what an outcome means. Vendor knowledge (SQL,
+    error codes, session settings) lives here and nowhere else. The conformance suite in
+    ``tests/integration/test_drivers.py`` runs every method on every vendor.
+    """
 
     vendor: str = ""
     supports_listen_notify: bool = False
@@ -217,70 +190,144 @@ class Driver:
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
+    # --- enqueue ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
     def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
         """Insert one job per (args JSON, kwargs JSON) with one statement on the current
-        transaction, and notify the queue. The ids come back in the order given."""
-        raise NotImplementedError
+        transaction, ``scheduled`` if its run_after is later than the database's clock and
+        ``ready`` otherwise, and notify the queue. The ids come back in the order given."""
 
+    # --- the worker's hot path ----------------------------------------------------------------
+
+    @abc.abstractmethod
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs in one statement and lease them to ``owner``."""
-        raise NotImplementedError
+        """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
+        first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
 
+    @abc.abstractmethod
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
-        """Extend ``owner``'s leases ``(job id, attempt)``; return {renewed id: cancel asked}."""
-        raise NotImplementedError
+        """Extend ``owner``'s leases ``(job id, attempt)`` without waiting for a row another
+        session holds locked; return {id still held: whether cancellation was requested}.
+        A held but locked row is reported held and renewed on a later pass."""
 
-    def record(self, owner: str, outcome: Outcome) -> bool:
-        """Write one outcome if ``owner`` still holds the job's lease for that attempt.
-
-        Waits for the row if another session has it locked (an atomic task's success must not
-        be mistaken for a lost lease)."""
-        written = self.record_many(owner, [outcome]).written
-        return (outcome.job_id, outcome.attempt) in written
-
+    @abc.abstractmethod
     def record_many(
         self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
     ) -> Recorded:
-        """Write many outcomes in one statement, each fenced by (id, ``owner``, attempt).
+        """Store many outcomes (``Outcome.row()``) in one statement, each fenced by (id,
+        ``owner``, attempt, status running); the row's ``cancel_requested_at`` picks between
+        the outcome's two decided statuses. An outcome's progress lands in the same write.
 
-        ``written`` holds (id, attempt) of the outcomes written; with ``skip_locked``, ``busy``
-        holds the ids whose row another session had locked (try them again later); the rest
-        had lost their lease.
+        With ``skip_locked``, rows another session holds locked are left alone and reported
+        ``busy``; without it the statement waits for them.
         """
-        raise NotImplementedError
 
-    @staticmethod
-    def batch(outcomes: Sequence[Outcome]) -> str:
-        """The outcomes as one JSON array parameter (the statement unpacks it into rows)."""
-        return "[" + ",".join(outcome.encoded() for outcome in outcomes) + "]"
+    def record(self, owner: str, outcome: Outcome) -> bool:
+        """Write one outcome, waiting for its row if another session holds it locked (an
+        atomic task's success must not be mistaken for a lost lease); return whether it was
+        written."""
+        written = self.record_many(owner, [outcome]).written
+        return (outcome.job_id, outcome.attempt) in written
+
+    @abc.abstractmethod
+    def write_progress(
+        self, owner: str, reports: Sequence[Progress], *, skip_locked: bool = False
+    ) -> Recorded:
+        """Store many progress reports in one statement, each fenced like an outcome.
+        ``written`` holds (id, attempt) of those written, ``busy`` as in ``record_many``."""
 
     def set_progress(
         self, owner: str, job_id: int, attempt: int, current: int, total: int | None, message: str
     ) -> bool:
-        """Store a job's progress if ``owner`` still holds its lease (plain SQL, any vendor)."""
-        sql = (
-            f"UPDATE {self.table} SET progress_current = %s, progress_total = %s, "
-            f"progress_message = %s WHERE id = %s AND lease_owner = %s AND attempt = %s "
-            f"AND status = 'running'"
+        """Store one job's progress now (outside a worker: tests, tools, atomic bodies)."""
+        report = Progress(
+            job_id=job_id, attempt=attempt, current=current, total=total, message=message
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [current, total, message, job_id, owner, attempt])
-            return cursor.rowcount == 1
+        return (job_id, attempt) in self.write_progress(owner, [report]).written
 
-    def reap(self, now: datetime | None = None) -> list[int]:
-        """Return expired leases to ready (or end them); the crashed attempt stays counted."""
-        raise NotImplementedError
+    def retake(self, owner: str, job_id: int, attempt: int) -> bool:
+        """Lease a job this worker released at shutdown back to it, if nobody claimed it
+        since (same attempt, still ready, no owner), so that an outcome that arrived just
+        after the release can be written. The release's uncharged attempt is taken back."""
+        (running,) = transition(Status.READY, Status.RUNNING)
+        return bool(
+            Job.objects.using(self.alias)
+            .filter(id=job_id, attempt=attempt, status=Status.READY, lease_owner__isnull=True)
+            .update(
+                status=running,
+                lease_owner=owner,
+                # Long enough for the write that follows; the heartbeat is stopping.
+                lease_expires_at=ExpressionWrapper(
+                    Now() + timedelta(minutes=1), output_field=DateTimeField()
+                ),
+                max_attempts=F("max_attempts") - 1,
+            )
+        )
+
+    def lease_states(self, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+        """(status, lease owner) of each job in ``ids`` that still exists: why a lease was
+        not renewed (finished elsewhere, taken by another worker, or the row is gone)."""
+        rows = Job.objects.using(self.alias).filter(id__in=list(ids))
+        return {pk: (status, owner) for pk, status, owner in
+                rows.values_list("id", "status", "lease_owner")}  # fmt: skip
+
+    # --- maintenance --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
+        """Running jobs whose lease expired, oldest id first, up to ``limit``. Inside a
+        transaction the rows stay locked by it (rows other sessions hold are skipped)."""
+
+    @abc.abstractmethod
+    def promote(self, limit: int, now: datetime | None = None) -> list[str]:
+        """Move up to ``limit`` scheduled jobs whose run_after has come to ready, earliest
+        first; return the queue of each and notify those queues."""
+
+    def notify(self, queues: Iterable[str]) -> None:
+        """Wake the workers of ``queues`` in other processes (at commit), where supported."""
+        return None  # optional: vendors that support it override
+
+    def notify_abort(self, job_id: int, reason: str) -> None:
+        """Tell the worker running ``job_id`` to stop, for ``reason`` (at commit), where
+        supported; elsewhere its heartbeat finds out."""
+        return None  # optional: vendors that support it override
+
+    # --- sessions and errors ------------------------------------------------------------------
 
     def configure_control_session(self) -> None:
         """Session settings for a worker's control connection (run once per connection)."""
+        return None  # optional: vendors that support it override
 
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         """Show ``connection`` (by default this thread's) as ``name`` where the database lists
         its sessions (run once per connection; a database without such a list does nothing)."""
+        return None  # optional: vendors that support it override
 
-    def listener(self, callback: Callable[[str | None], None], name: str = "") -> Any:
-        """A started background listener calling ``callback(queue)``, or None if unsupported;
-        ``name`` as in ``name_session``."""
+    def listener(
+        self,
+        on_ready: Callable[[str | None], None],
+        on_abort: Callable[[int, str], None],
+        name: str = "",
+    ) -> Any:
+        """A started background listener, or None if unsupported. It calls ``on_ready(queue)``
+        when a queue has new ready jobs (``on_ready(None)`` after a reconnect: poll once) and
+        ``on_abort(job id, reason)`` when a running job must stop (``notify_abort``); ``name``
+        as in ``name_session``."""
         return None
+
+    def is_lock_timeout(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a wait for a row lock (or a statement) that timed out: the
+        session is fine, the statement can be tried again later."""
+        return False
+
+    @staticmethod
+    def batch(rows: Iterable[Outcome | Progress]) -> str:
+        """Outcomes or progress reports as one JSON array parameter (the statement unpacks
+        it into rows)."""
+        parts = (
+            row.encoded() if isinstance(row, Outcome) else json.dumps(row.row()) for row in rows
+        )
+        return "[" + ",".join(parts) + "]"

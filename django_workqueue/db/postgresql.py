@@ -14,21 +14,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, Recorded
+from ..outcomes import Outcome
+from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
 
-CHANNEL = "django_workqueue"
+CHANNEL = "django_workqueue"  # payload: a queue with new ready jobs
+ABORT_CHANNEL = "django_workqueue_abort"  # payload: "<job id>:<abort reason>"
+
+# lock_timeout and statement cancellation: the session is fine, the statement can be retried.
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014"})
 
 # The database clock, unless a caller (a test) passes its own ``now`` parameter.
 CLOCK = "statement_timestamp()"
 NOW = f"COALESCE(%(now)s::timestamptz, {CLOCK})"
+# The clock as the text of an error entry's "at": one format on every vendor (UTC, ms, "Z").
+ISO_CLOCK = f"""to_char({CLOCK} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
+# An outcome's last progress report, stored by the same write.
+_PROGRESS_FROM_V = (
+    "progress_current = CASE WHEN v.has_progress THEN v.pcurrent ELSE j.progress_current END, "
+    "progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE j.progress_total END, "
+    "progress_message = CASE WHEN v.has_progress THEN v.pmessage ELSE j.progress_message END,"
+)
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
@@ -49,21 +62,25 @@ class PostgresDriver(Driver):
                 "(SELECT e->0, e->1, n FROM jsonb_array_elements(%(batch)s::jsonb) "
                 "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, n)"
             )
+        # The job is scheduled when its run_after is later than the clock: claims never see it
+        # until the promoter makes it ready.
         sql = (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, run_after, deadline, args, kwargs, "
             f"status, attempt, errors, progress_message) "
             f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
-            f"%(lease_seconds)s, %(unique_key)s, "
-            f"COALESCE(%(run_at)s::timestamptz, "
-            f"  {CLOCK} + make_interval(secs => %(delay)s::float8)), "
+            f"%(lease_seconds)s, %(unique_key)s, t.run_after, "
             f"COALESCE(%(deadline_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8)), "
-            f"b.args, b.kwargs, 'ready', 0, '[]'::jsonb, '' FROM {rows} ORDER BY b.n "
-            f"RETURNING id, run_after, enqueued_at, deadline), "
+            f"b.args, b.kwargs, "
+            f"CASE WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END, "
+            f"0, '[]'::jsonb, '' "
+            f"FROM {rows} CROSS JOIN (SELECT COALESCE(%(run_at)s::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) AS t "
+            f"ORDER BY b.n RETURNING id, run_after, enqueued_at, deadline, status), "
             f"notified AS (SELECT pg_notify(%(channel)s, %(queue)s)) "
             f"SELECT array_agg(id ORDER BY id), min(run_after), min(enqueued_at), min(deadline), "
-            f"(SELECT count(*) FROM notified) FROM inserted"
+            f"min(status), (SELECT count(*) FROM notified) FROM inserted"
         )
         params = job.params(datetime.isoformat)
         params["channel"] = CHANNEL
@@ -73,8 +90,10 @@ class PostgresDriver(Driver):
             params["batch"] = job.batch(payloads)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            ids, run_after, enqueued_at, deadline, _ = cursor.fetchone()
-        return Inserted(ids=ids, run_after=run_after, enqueued_at=enqueued_at, deadline=deadline)
+            ids, run_after, enqueued_at, deadline, status, _ = cursor.fetchone()
+        return Inserted(
+            ids=ids, run_after=run_after, enqueued_at=enqueued_at, deadline=deadline, status=status
+        )
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
@@ -152,84 +171,145 @@ class PostgresDriver(Driver):
         if not outcomes:
             return Recorded(written=set(), busy=set())
         # All outcomes arrive as one jsonb parameter unpacked into rows, so one statement (one
-        # round trip) completes a whole batch while each row keeps its own fence. With
-        # skip_locked, rows another session holds locked are left alone and reported busy.
-        cancelled = "(NOT v.succeeded AND j.cancel_requested_at IS NOT NULL)"
-        lock = (
-            f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
-            f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
-            if skip_locked
-            else "SELECT id FROM v"
-        )
+        # round trip) completes a whole batch while each row keeps its own fence. Every value
+        # was decided by the outcome; the CASEs only pick which decided value applies.
+        cancel = "j.cancel_requested_at IS NOT NULL"
         sql = (
             f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
-            f"  id bigint, attempt integer, status text, succeeded boolean, result text, "
-            f"  has_error boolean, etype text, emessage text, etraceback text, "
-            f"  delay double precision, extra_attempts integer)), "
-            f"free AS MATERIALIZED ({lock}), "
+            f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
+            f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
+            f"  delay double precision, extra_attempts integer, has_progress boolean, "
+            f"  pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
-            f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
-            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} THEN {CLOCK} END, "
-            f"result = CASE WHEN v.succeeded THEN v.result::jsonb ELSE j.result END, "
+            f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
+            f"finished_at = CASE WHEN v.finished OR {cancel} THEN {CLOCK} END, "
+            f"result = COALESCE(v.result::jsonb, j.result), "
             f"errors = CASE WHEN v.has_error THEN j.errors || jsonb_build_array(jsonb_build_object("
-            f"  'attempt', j.attempt, 'at', {CLOCK}, 'type', v.etype, 'message', v.emessage, "
+            f"  'attempt', j.attempt, 'at', {ISO_CLOCK}, 'type', v.etype, 'message', v.emessage, "
             f"  'traceback', v.etraceback)) ELSE j.errors END, "
-            f"run_after = CASE WHEN v.status = 'ready' AND v.delay IS NOT NULL "
+            f"run_after = CASE WHEN v.delay IS NOT NULL "
             f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
             f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
+            f"{_PROGRESS_FROM_V} "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
             f"AND j.status = 'running' RETURNING j.id, j.attempt) "
             # Per outcome, not per id: a batch may hold two attempts of one job.
             f"SELECT v.id, v.attempt, (v.id, v.attempt) IN (SELECT id, attempt FROM written), "
-            f"v.id IN (SELECT id FROM free) FROM v"
+            f"{self._settled} FROM v"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
-            rows = cursor.fetchall()
-        return Recorded(
-            written={(job_id, attempt) for job_id, attempt, written, _ in rows if written},
-            busy={job_id for job_id, _, _, tried in rows if not tried},
+        return self._fenced_write(sql, outcomes, owner)
+
+    def write_progress(
+        self, owner: str, reports: Sequence[Progress], *, skip_locked: bool = False
+    ) -> Recorded:
+        if not reports:
+            return Recorded(written=set(), busy=set())
+        sql = (
+            f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
+            f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
+            f"written AS (UPDATE {self.table} AS j SET "
+            f"progress_current = v.pcurrent, progress_total = v.ptotal, "
+            f"progress_message = v.pmessage "
+            f"FROM v JOIN free ON free.id = v.id "
+            f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
+            f"AND j.status = 'running' RETURNING j.id, j.attempt) "
+            f"SELECT v.id, v.attempt, (v.id, v.attempt) IN (SELECT id, attempt FROM written), "
+            f"{self._settled} FROM v"
+        )
+        return self._fenced_write(sql, reports, owner)
+
+    def _lockable(self, skip_locked: bool) -> str:
+        """The rows of batch ``v`` the write may touch: with ``skip_locked``, those no other
+        session holds locked (never waited for); otherwise all of them (waited for)."""
+        if not skip_locked:
+            return "SELECT id FROM v"
+        return (
+            f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
+            f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
         )
 
-    def reap(self, now: datetime | None = None) -> list[int]:
-        spent = "j.attempt >= j.max_attempts"
-        cancel = "j.cancel_requested_at IS NOT NULL"
+    @property
+    def _settled(self) -> str:
+        # Settled: the write tried the row, or the row no longer exists (a deleted job is not
+        # busy: it must not be retried forever).
+        return (
+            f"(v.id IN (SELECT id FROM free) "
+            f"OR NOT EXISTS (SELECT 1 FROM {self.table} AS g WHERE g.id = v.id))"
+        )
+
+    def _fenced_write(
+        self, sql: str, rows: Sequence[Outcome] | Sequence[Progress], owner: str
+    ) -> Recorded:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
+            result = cursor.fetchall()
+        return Recorded(
+            written={(job_id, attempt) for job_id, attempt, written, _ in result if written},
+            busy={job_id for job_id, _, _, settled in result if not settled},
+        )
+
+    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
         # SKIP LOCKED: a row some session holds locked (a long transaction that called
         # cancel_job, a completion about to commit) is left for a later pass instead of
-        # stalling every worker's reaper behind it. Batches of 1,000 keep each pass short.
+        # stalling every worker's reaper behind it.
         sql = (
-            f"WITH expired AS MATERIALIZED (SELECT id FROM {self.table} "
-            f"  WHERE status = 'running' AND lease_expires_at < {NOW} "
-            f"  ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED), "
-            f"reaped AS (UPDATE {self.table} AS j SET "
-            f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
-            f"  ELSE 'ready' END, "
-            f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
-            f"errors = j.errors || jsonb_build_array(jsonb_build_object("
-            f"  'attempt', j.attempt, 'at', {NOW}, 'type', 'LeaseExpired', "
-            f"  'message', 'worker ' || j.lease_owner || ' stopped renewing its lease "
-            f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
-            f"lease_owner = NULL, lease_expires_at = NULL "
-            f"FROM expired WHERE j.id = expired.id AND j.status = 'running' "
-            f"AND j.lease_expires_at < {NOW} RETURNING j.id, j.queue, j.status), "
-            # Jobs back in ready wake the workers of their queues, as an enqueue does.
-            f"notified AS (SELECT pg_notify(%(channel)s, q.queue) "
-            f"  FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'ready') AS q) "
-            f"SELECT id, (SELECT count(*) FROM notified) FROM reaped"
+            f"SELECT id, attempt, max_attempts, lease_owner, queue FROM {self.table} "
+            f"WHERE status = 'running' AND lease_expires_at < {NOW} "
+            f"ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": now, "channel": CHANNEL})
+            cursor.execute(sql, {"now": now, "limit": limit})
+            return [Expired(id=r[0], attempt=r[1], max_attempts=r[2], owner=r[3], queue=r[4])
+                    for r in cursor.fetchall()]  # fmt: skip
+
+    def promote(self, limit: int, now: datetime | None = None) -> list[str]:
+        # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due,
+        # so a pass costs the same next to a million future jobs as next to none.
+        sql = (
+            f"WITH due AS MATERIALIZED (SELECT id FROM {self.table} "
+            f"  WHERE status = 'scheduled' AND run_after <= {NOW} "
+            f"  ORDER BY run_after LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            f"promoted AS (UPDATE {self.table} AS j SET status = 'ready' FROM due "
+            f"  WHERE j.id = due.id AND j.status = 'scheduled' RETURNING j.queue), "
+            f"notified AS (SELECT pg_notify(%(channel)s, q.queue) "
+            f"  FROM (SELECT DISTINCT queue FROM promoted) AS q) "
+            f"SELECT queue, (SELECT count(*) FROM notified) FROM promoted"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": now, "limit": limit, "channel": CHANNEL})
             return [row[0] for row in cursor.fetchall()]
 
-    def listener(self, callback: Callable[[str | None], None], name: str = "") -> Listener:
+    def notify(self, queues: Iterable[str]) -> None:
+        names = sorted(set(queues))
+        if names:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names]
+                )
+
+    def notify_abort(self, job_id: int, reason: str) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [ABORT_CHANNEL, f"{job_id}:{reason}"])
+
+    def is_lock_timeout(self, exc: BaseException) -> bool:
+        return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
+
+    def listener(
+        self,
+        on_ready: Callable[[str | None], None],
+        on_abort: Callable[[int, str], None],
+        name: str = "",
+    ) -> Listener:
         from ..conf import workqueue_settings as conf
 
         params = self.connection.get_connection_params()
         for key in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(key, None)
-        listener = Listener(conf.LISTEN_DSN, params, callback, name)
+        listener = Listener(conf.LISTEN_DSN, params, on_ready, on_abort, name)
         listener.start()
         return listener
 
@@ -237,8 +317,10 @@ class PostgresDriver(Driver):
 class Listener(threading.Thread):
     """LISTEN on a dedicated autocommit connection, outside Django's per-thread connections.
 
-    It reconnects with backoff when the connection drops and then calls ``callback(None)``, so
-    the worker polls once for anything announced while it was deaf. Polling stays on regardless.
+    It hears two channels: new ready jobs of a queue, and requests to abort a running job. It
+    reconnects with backoff when the connection drops and then calls ``on_ready(None)``,
+    so the worker polls once for anything announced while it was deaf (an abort missed then is
+    found by the heartbeat). Polling stays on regardless.
     ``name``, if given, is the connection's application_name (the worker's session name).
     """
 
@@ -246,7 +328,8 @@ class Listener(threading.Thread):
         self,
         dsn: str | None,
         params: dict[str, Any],
-        callback: Callable[[str | None], None],
+        on_ready: Callable[[str | None], None],
+        on_abort: Callable[[int, str], None],
         name: str = "",
     ) -> None:
         super().__init__(name="workqueue-listener", daemon=True)
@@ -254,7 +337,8 @@ class Listener(threading.Thread):
         # The worker's name wins over an application_name of the settings or of LISTEN_DSN.
         self.params = {**params, "application_name": name} if name else params
         self.dsn_params: dict[str, Any] = {"application_name": name} if name else {}
-        self.callback = callback
+        self.on_ready = on_ready
+        self.on_abort = on_abort
         self.stopping = threading.Event()
         self.connected = threading.Event()
         self.connection: Any = None
@@ -271,12 +355,13 @@ class Listener(threading.Thread):
                     self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:
                     self.connection.execute(f"LISTEN {CHANNEL}")
+                    self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
                     backoff = 0.1
-                    self.callback(None)
+                    self.on_ready(None)
                     while not self.stopping.is_set():
                         for notice in self.connection.notifies(timeout=1.0):
-                            self.callback(notice.payload)
+                            self._dispatch(notice.channel, notice.payload)
             except Exception as exc:
                 self.connected.clear()
                 if self.stopping.is_set():
@@ -285,6 +370,16 @@ class Listener(threading.Thread):
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self.connected.clear()
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        if channel != ABORT_CHANNEL:
+            self.on_ready(payload)
+            return
+        job_id, _, reason = payload.partition(":")
+        try:
+            self.on_abort(int(job_id), reason)
+        except ValueError:
+            logger.warning("ignored a malformed abort notification %r", payload)
 
     def stop(self) -> None:
         self.stopping.set()

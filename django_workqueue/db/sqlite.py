@@ -8,17 +8,20 @@ clock (SQLite has no server), read by SQLite itself as ``strftime(…, 'now')``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, Recorded
+from ..outcomes import Outcome
+from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
 _FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 NOW = f"COALESCE(:now, strftime({_FORMAT}, 'now'))"
+# The clock as the text of an error entry's "at": one format on every vendor (UTC, ms, "Z").
 _ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
+_CLOCK = f"strftime({_FORMAT}, 'now')"
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
@@ -36,46 +39,61 @@ class SQLiteDriver(Driver):
         def from_now(seconds: str) -> str:
             return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {seconds}))"
 
+        # The job is scheduled when its run_after is later than the clock: claims never see it
+        # until the promoter makes it ready.
         sql = (
             f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
             f"unique_key, run_after, deadline, args, kwargs, status, attempt, errors, "
             f"progress_message) "
             f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, :unique_key, "
-            f"COALESCE(:run_at, {from_now(':delay')}), "
+            f"t.run_after, "
             f"COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
             f"  THEN {from_now(':deadline_in')} END), "
-            f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'ready', 0, '[]', '' "
-            f"FROM json_each(:batch) ORDER BY key "
-            f"RETURNING id, run_after, enqueued_at, deadline"
+            f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+            f"CASE WHEN t.run_after > {_CLOCK} THEN 'scheduled' ELSE 'ready' END, 0, '[]', '' "
+            f"FROM json_each(:batch), "
+            f"(SELECT COALESCE(:run_at, {from_now(':delay')}) AS run_after) AS t ORDER BY key "
+            f"RETURNING id, run_after, enqueued_at, deadline, status"
         )
         params = job.params(self.connection.ops.adapt_datetimefield_value)
         params["batch"] = job.batch(payloads)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        _, run_after, enqueued_at, deadline = rows[0]
+        _, run_after, enqueued_at, deadline, status = rows[0]
         return Inserted(
             ids=sorted(row[0] for row in rows),  # RETURNING order is unspecified; ids ascend
             run_after=_parse(run_after),  # type: ignore[arg-type]
             enqueued_at=_parse(enqueued_at),  # type: ignore[arg-type]
             deadline=_parse(deadline),
+            status=status,
         )
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        names = ", ".join(f":q{i}" for i in range(len(queues)))
-        # `+status`: the unary plus keeps SQLite from reaching the rows to update through the
-        # index on status (wq_job_status_finished). That visits every ready row, and a claim
-        # then held the write lock in proportion to the backlog (~100 ms per million ready
-        # jobs). The rows are the subquery's few ids, looked up by primary key.
+        # One bounded subquery per queue, each walking wq_job_claim in order and stopping after
+        # `limit` rows; one `queue IN (...)` scan would sort the whole ready set under the write
+        # lock. `+status`: the unary plus keeps SQLite from reaching the rows to update through
+        # the index on status (wq_job_status_finished), which visits every ready row; the rows
+        # are the subquery's few ids, looked up by primary key.
+        order = "ORDER BY priority DESC, run_after, id LIMIT :limit"
+        per_queue = [
+            f"SELECT * FROM (SELECT id, priority, run_after FROM {self.table} "
+            f"INDEXED BY wq_job_claim WHERE status = 'ready' AND queue = :q{i} "
+            f"AND run_after <= {NOW} {order})"
+            for i in range(len(queues))
+        ]
+        picked = (
+            per_queue[0]
+            if len(per_queue) == 1
+            else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
+        )
         sql = (
             f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
             f"lease_owner = :owner, started_at = {NOW}, "
             f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
-            f"WHERE id IN (SELECT id FROM {self.table} INDEXED BY wq_job_claim "
-            f"WHERE status = 'ready' AND queue IN ({names}) AND run_after <= {NOW} "
-            f"ORDER BY priority DESC, run_after, id LIMIT :limit) AND +status = 'ready' "
+            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' "
             f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs))"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
@@ -118,56 +136,94 @@ class SQLiteDriver(Driver):
         if not outcomes:
             return Recorded(written=set(), busy=set())
         # All outcomes arrive as one JSON parameter unpacked by json_each, so one statement
-        # completes a whole batch while each row keeps its own fence.
-        fields = (
-            "id", "attempt", "status", "succeeded", "result", "has_error", "etype", "emessage",
-            "etraceback", "delay", "extra_attempts",
-        )  # fmt: skip
-        columns = ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
-        cancelled = f"(NOT v.succeeded AND {self.table}.cancel_requested_at IS NOT NULL)"
+        # completes a whole batch while each row keeps its own fence. Every value was decided
+        # by the outcome; the CASEs only pick which decided value applies.
+        t = self.table
+        cancel = f"{t}.cancel_requested_at IS NOT NULL"
         sql = (
-            f"WITH v AS (SELECT {columns} FROM json_each(:batch)) "
-            f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE v.status END, "
-            f"finished_at = CASE WHEN v.status <> 'ready' OR {cancelled} "
-            f"  THEN strftime({_FORMAT}, 'now') END, "
-            f"result = CASE WHEN v.succeeded THEN v.result ELSE {self.table}.result END, "
-            f"errors = CASE WHEN v.has_error THEN json_insert({self.table}.errors, '$[#]', "
-            f"  json_object('attempt', {self.table}.attempt, 'at', {_ISO_NOW}, "
+            f"WITH v AS (SELECT {_columns(_OUTCOME_FIELDS)} FROM json_each(:batch)) "
+            f"UPDATE {t} SET "
+            f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
+            f"finished_at = CASE WHEN v.finished OR {cancel} THEN {_CLOCK} END, "
+            f"result = COALESCE(v.result, {t}.result), "
+            f"errors = CASE WHEN v.has_error THEN json_insert({t}.errors, '$[#]', "
+            f"  json_object('attempt', {t}.attempt, 'at', {_ISO_NOW}, "
             f"  'type', v.etype, 'message', v.emessage, 'traceback', v.etraceback)) "
-            f"  ELSE {self.table}.errors END, "
-            f"run_after = CASE WHEN v.status = 'ready' AND v.delay IS NOT NULL THEN "
+            f"  ELSE {t}.errors END, "
+            f"run_after = CASE WHEN v.delay IS NOT NULL THEN "
             f"  strftime({_FORMAT}, 'now', printf('%%+.6f seconds', v.delay)) "
-            f"  ELSE {self.table}.run_after END, "
-            f"max_attempts = {self.table}.max_attempts + COALESCE(v.extra_attempts, 0), "
+            f"  ELSE {t}.run_after END, "
+            f"max_attempts = {t}.max_attempts + COALESCE(v.extra_attempts, 0), "
+            f"progress_current = CASE WHEN v.has_progress THEN v.pcurrent "
+            f"  ELSE {t}.progress_current END, "
+            f"progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE {t}.progress_total END, "
+            f"progress_message = CASE WHEN v.has_progress THEN v.pmessage "
+            f"  ELSE {t}.progress_message END, "
             f"lease_owner = NULL, lease_expires_at = NULL "
-            f"FROM v WHERE {self.table}.id = v.id AND {self.table}.attempt = v.attempt "
-            f"AND {self.table}.lease_owner = :owner AND {self.table}.status = 'running' "
-            f"RETURNING {self.table}.id, {self.table}.attempt"
+            f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
+            f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
+            f"RETURNING {t}.id, {t}.attempt"
         )
+        return self._fenced_write(sql, outcomes, owner)
+
+    def write_progress(
+        self, owner: str, reports: Sequence[Progress], *, skip_locked: bool = False
+    ) -> Recorded:
+        if not reports:
+            return Recorded(written=set(), busy=set())
+        t = self.table
+        sql = (
+            f"WITH v AS (SELECT {_columns(_PROGRESS_FIELDS)} FROM json_each(:batch)) "
+            f"UPDATE {t} SET progress_current = v.pcurrent, progress_total = v.ptotal, "
+            f"progress_message = v.pmessage "
+            f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
+            f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
+            f"RETURNING {t}.id, {t}.attempt"
+        )
+        return self._fenced_write(sql, reports, owner)
+
+    def _fenced_write(
+        self, sql: str, rows: Sequence[Outcome] | Sequence[Progress], owner: str
+    ) -> Recorded:
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"batch": self.batch(outcomes), "owner": owner})
+            cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
             written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
         return Recorded(written=written, busy=set())
 
-    def reap(self, now: datetime | None = None) -> list[int]:
-        spent = "attempt >= max_attempts"
-        cancel = "cancel_requested_at IS NOT NULL"
+    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
+        # No row locks: inside the caller's transaction (BEGIN IMMEDIATE) the write lock keeps
+        # the rows as read until the reaper's write.
         sql = (
-            f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {cancel} THEN 'cancelled' WHEN {spent} THEN 'failed' "
-            f"  ELSE 'ready' END, "
-            f"finished_at = CASE WHEN {cancel} OR {spent} THEN {NOW} END, "
-            f"errors = json_insert(errors, '$[#]', json_object("
-            f"  'attempt', attempt, 'at', {_ISO_NOW}, 'type', 'LeaseExpired', "
-            f"  'message', 'worker ' || lease_owner || ' stopped renewing its lease "
-            f"(killed, crashed or stalled); the attempt counts', 'traceback', NULL)), "
-            f"lease_owner = NULL, lease_expires_at = NULL "
-            f"WHERE status = 'running' AND lease_expires_at < {NOW} RETURNING id"
+            f"SELECT id, attempt, max_attempts, lease_owner, queue FROM {self.table} "
+            f"WHERE status = 'running' AND lease_expires_at < {NOW} ORDER BY id LIMIT :limit"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self._now_param(now)})
+            cursor.execute(sql, {"now": self._now_param(now), "limit": limit})
+            return [Expired(id=r[0], attempt=r[1], max_attempts=r[2], owner=r[3], queue=r[4])
+                    for r in cursor.fetchall()]  # fmt: skip
+
+    def promote(self, limit: int, now: datetime | None = None) -> list[str]:
+        # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due.
+        sql = (
+            f"UPDATE {self.table} SET status = 'ready' WHERE id IN (SELECT id FROM {self.table} "
+            f"INDEXED BY wq_job_scheduled WHERE status = 'scheduled' AND run_after <= {NOW} "
+            f"ORDER BY run_after LIMIT :limit) AND +status = 'scheduled' RETURNING queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": self._now_param(now), "limit": limit})
             return [row[0] for row in cursor.fetchall()]
+
+
+_OUTCOME_FIELDS = (
+    "id", "attempt", "status", "cancel_status", "finished", "result", "has_error", "etype",
+    "emessage", "etraceback", "delay", "extra_attempts", "has_progress", "pcurrent", "ptotal",
+    "pmessage",
+)  # fmt: skip
+_PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
+
+
+def _columns(fields: Iterable[str]) -> str:
+    return ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
 
 
 def _parse(value: Any) -> datetime | None:

@@ -1,33 +1,82 @@
-"""The reaper: jobs whose lease expired go back to ready, or end once their attempts are spent.
+"""The reaper: running jobs whose lease expired go back to ready, or end once their attempts
+are spent (or ``cancelled`` if cancellation was requested).
 
 A crashed attempt counts as an attempt, so a job that kills its worker every time (a poison
-pill) ends in the dead-letter queue instead of looping. Safe to run from any number of workers
-at once: each row is reaped by one guarded UPDATE.
+pill) ends in the dead-letter queue instead of looping. A recovered job keeps its run_after:
+it goes back to its place in the queue, not behind the backlog. What the expiry means is an
+``Outcome`` (``LEASE_EXPIRED``), decided in ``outcomes.py`` and written by the same fenced
+statement as every other ending.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models.functions import Now
 
+from .. import wakeup
 from ..conf import workqueue_settings as conf
-from ..db import driver_for
+from ..db import Expired, driver_for
 from ..models import WorkerProcess
+from ..outcomes import Outcome, OutcomeKind
+from . import Service
 
 logger = logging.getLogger("django_workqueue.reaper")
 
 # A WorkerProcess row not seen for this long belongs to a process that is gone.
 _WORKER_GONE_AFTER = timedelta(minutes=5)
+_BATCH = 1000
+
+
+class Reaper(Service):
+    name = "reaper"
+
+    def run_once(self, now: datetime | None = None) -> int:
+        """Reap expired leases once; return how many jobs were reaped."""
+        driver = driver_for(self.alias)
+        if not driver.expired_leases(1, now):  # the usual answer, without a transaction
+            self._forget_gone_workers(now)
+            return 0
+        with transaction.atomic(using=self.alias):
+            expired = driver.expired_leases(_BATCH, now)  # locked until the writes commit
+            reaped: list[Expired] = []
+            by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
+            for owner, rows in by_owner:
+                batch = list(rows)
+                written = driver.record_many(owner, [lease_expired(row) for row in batch]).written
+                reaped += [row for row in batch if (row.id, row.attempt) in written]
+            # Jobs back in ready wake the workers of their queues (not those that ended).
+            queues = {row.queue for row in reaped if not lease_expired(row).spent}
+            driver.notify(queues)
+        if reaped:
+            wakeup.wake(queues)
+            logger.warning(
+                "reaped %d job(s) whose worker stopped renewing: %s",
+                len(reaped), [row.id for row in reaped],
+            )  # fmt: skip
+        self._forget_gone_workers(now)
+        return len(reaped)
+
+    def _forget_gone_workers(self, now: datetime | None) -> None:
+        cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
+        WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
+
+
+def lease_expired(row: Expired) -> Outcome:
+    message = (
+        f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
+        f"the attempt counts"
+    )
+    return Outcome(
+        job_id=row.id, attempt=row.attempt, kind=OutcomeKind.LEASE_EXPIRED,
+        max_attempts=row.max_attempts,
+        error={"type": "LeaseExpired", "message": message, "traceback": None},
+    )  # fmt: skip
 
 
 def run_once(now: datetime | None = None, alias: str | None = None) -> int:
-    """Reap expired leases once; return how many jobs were reaped."""
-    alias = alias or conf.DATABASE
-    reaped = driver_for(alias).reap(now=now)
-    if reaped:
-        logger.warning("reaped %d job(s) whose worker stopped renewing: %s", len(reaped), reaped)
-    cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
-    WorkerProcess.objects.using(alias).filter(last_seen_at__lt=cutoff).delete()
-    return len(reaped)
+    """Reap expired leases once (see ``Reaper``); return how many jobs were reaped."""
+    return Reaper(alias or conf.DATABASE, float(conf.REAPER_INTERVAL)).run_once(now)

@@ -3,8 +3,14 @@
 Slots never write a job's row themselves (``atomic=True`` tasks aside, which record inside their
 own transaction): they hand the outcome here and are free at once. The control thread then
 writes every outcome that piled up with one fenced statement per pass, so under load one round
-trip completes many jobs. Progress reports are kept the same way, latest value per job, and
-written before the outcomes, so a job's last report always lands.
+trip completes many jobs.
+
+Progress reports are kept too, the latest per job, and written in their own batch, which skips
+rows other sessions hold locked and keeps those reports for a later pass. A job's last report
+rides with its outcome, in the same statement, so it always lands with it. Nothing that goes
+wrong with progress touches an outcome: an outcome leaves this queue only once it was written,
+found stale (its lease lost, its row gone), or refused by the database and replaced by a
+failure that says why.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import logging
 import threading
 
 from ..context import JobContext
-from ..db import Driver, Outcome
-from .execution import is_transient, unstorable
+from ..db import Driver, Outcome, Progress, Recorded
+from .connections import is_transient
+from .execution import log_not_written, unstorable
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -37,47 +44,114 @@ class Completer:
         with self._lock:
             self._progress[context.job.id] = context
 
+    def take(self, job_ids: set[int]) -> list[Outcome]:
+        """Remove and return the pending outcomes of ``job_ids``."""
+        taken = [o for o in self._outcomes if o.job_id in job_ids]
+        for outcome in taken:
+            self._outcomes.remove(outcome)
+        return taken
+
+    @property
+    def pending(self) -> int:
+        """Outcomes handed over and not written yet."""
+        return len(self._outcomes)
+
+    # --- progress -------------------------------------------------------------------------
+
     def write_progress(self) -> None:
+        """Write every pending progress report in one statement.
+
+        Reports whose row another session holds locked are kept for a later pass (unless a
+        newer report replaced them meanwhile); on a lost connection all are kept and the error
+        is raised; a report the database refuses is dropped with a log line, never taking the
+        other reports with it.
+        """
         with self._lock:
-            reported, self._progress = self._progress, {}
-        for context in reported.values():
-            context.write_progress()
+            pending, self._progress = self._progress, {}
+        reports = {job_id: context.progress_report() for job_id, context in pending.items()}
+        batch = [report for report in reports.values() if report is not None]
+        if not batch:
+            return
+        try:
+            recorded = self.driver.write_progress(self.owner, batch, skip_locked=True)
+        except Exception as exc:
+            if is_transient(exc):
+                self._keep_progress(pending)
+                raise
+            recorded = self._write_progress_one_by_one(batch, exc)
+        self._keep_progress({job_id: pending[job_id] for job_id in recorded.busy})
+
+    def _keep_progress(self, contexts: dict[int, JobContext]) -> None:
+        with self._lock:
+            for job_id, context in contexts.items():
+                self._progress.setdefault(job_id, context)  # a newer report wins
+
+    def _write_progress_one_by_one(self, batch: list[Progress], error: Exception) -> Recorded:
+        logger.warning(
+            "worker %s: progress batch refused (%s); writing one by one", self.owner, error
+        )
+        written: set[tuple[int, int]] = set()
+        busy: set[int] = set()
+        for report in batch:
+            try:
+                recorded = self.driver.write_progress(self.owner, [report], skip_locked=True)
+            except Exception as exc:
+                if is_transient(exc):  # lost the connection meanwhile: try again later
+                    busy.add(report.job_id)
+                else:
+                    logger.warning(
+                        "job %s: progress report dropped, the database refused it: %s",
+                        report.job_id, exc,
+                    )  # fmt: skip
+                continue
+            written |= recorded.written
+            busy |= recorded.busy
+        return Recorded(written=written, busy=busy)
+
+    # --- outcomes -------------------------------------------------------------------------
 
     def write_outcomes(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write every outcome handed over so far in one statement.
 
         Returns (done, written): ``done`` are the outcomes dealt with, ``written`` (job id,
-        attempt) of those written (the others' leases were lost; a stale attempt's outcome may
-        share its batch with the current attempt's outcome of the same job). Outcomes whose
-        row another session holds locked are kept for a later pass; on a lost connection all
-        are kept and the error is raised.
+        attempt) of those written (the others' leases were lost or their rows are gone; a
+        stale attempt's outcome may share its batch with the current attempt's outcome of the
+        same job). Outcomes whose row another session holds locked are kept for a later pass;
+        on a lost connection all are kept and the error is raised.
         """
         outcomes: list[Outcome] = []
         while self._outcomes:
             outcomes.append(self._outcomes.popleft())
         if not outcomes:
             return [], set()
-        # A slot reports progress before it hands over the outcome, so every report of these
-        # jobs is in hand now: write them while the rows are still running.
-        self.write_progress()
+        self._attach_progress(outcomes)
         try:
             recorded = self.driver.record_many(self.owner, outcomes, skip_locked=True)
-            written, busy = recorded.written, recorded.busy
         except Exception as exc:
             if is_transient(exc):
                 self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
                 raise
-            written, busy = self._write_one_by_one(outcomes, exc)
+            recorded = self._write_one_by_one(outcomes, exc)
+        busy = recorded.busy
         if busy:  # rows another session holds locked: keep those outcomes for a later pass
             self._outcomes.extend(o for o in outcomes if o.job_id in busy)
-        return [outcome for outcome in outcomes if outcome.job_id not in busy], written
+        done = [outcome for outcome in outcomes if outcome.job_id not in busy]
+        self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
+        return done, recorded.written
 
-    def _write_one_by_one(
-        self, outcomes: list[Outcome], error: Exception
-    ) -> tuple[set[tuple[int, int]], set[int]]:
-        """The batch was refused: write each alone; one the database refuses is discarded
-        with an error that says so, so one bad value never blocks the others.
-        Returns (written, busy): busy ones are kept for a later pass."""
+    def _attach_progress(self, outcomes: list[Outcome]) -> None:
+        """Each job's last progress report goes out with its outcome, in the same write."""
+        with self._lock:
+            for outcome in outcomes:
+                context = self._progress.get(outcome.job_id)
+                if context is not None and context.attempt == outcome.attempt:
+                    del self._progress[outcome.job_id]
+                    outcome.progress = context.progress
+                    outcome._encoded = None
+
+    def _write_one_by_one(self, outcomes: list[Outcome], error: Exception) -> Recorded:
+        """The batch was refused: write each alone; one the database refuses is replaced by a
+        discard that says why, so one bad value never blocks the others."""
         logger.warning(
             "worker %s: outcome batch refused (%s); writing one by one", self.owner, error
         )
@@ -99,4 +173,15 @@ class Completer:
                 continue
             written |= recorded.written
             busy |= recorded.busy
-        return written, busy
+        return Recorded(written=written, busy=busy)
+
+    def _log_not_written(self, outcomes: list[Outcome]) -> None:
+        """Say why each outcome was not written: its row is gone, or the lease was lost."""
+        if not outcomes:
+            return
+        try:
+            existing = self.driver.lease_states(o.job_id for o in outcomes)
+        except Exception:  # only the log line's wording depends on it
+            existing = {o.job_id: ("", None) for o in outcomes}
+        for outcome in outcomes:
+            log_not_written(outcome, gone=outcome.job_id not in existing)

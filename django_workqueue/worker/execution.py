@@ -1,27 +1,27 @@
-"""Running one job: a linear pipeline — resolve the task, call it, classify the outcome, record it.
+"""Running one job: a linear pipeline — resolve the task, call it, classify the outcome.
 
-The outcome is recorded with one fenced UPDATE. For ``atomic=True`` tasks the body and that
-UPDATE share one transaction, so the body's writes commit if and only if this worker, still the
-lease owner, records the job as succeeded.
+The slot hands the outcome to the completer, which writes it in a batch. ``atomic=True`` tasks
+are the exception: the body and the fenced write of its success share one transaction, so the
+body's writes commit if and only if this worker, still the lease owner, records the success.
+
+Whatever goes wrong outside the task's body (a ``backoff`` or ``on_failure`` that raises, an
+exception whose ``str()`` raises) still ends the attempt with a recorded failure that says what
+went wrong: a slot never drops an outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import threading
 import traceback
-from collections.abc import Coroutine
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import transaction
 
 from .. import payload, retry
-from ..apps import import_errors
 from ..conf import workqueue_settings as conf
 from ..context import JobContext
-from ..db import ClaimedJob, Driver, Outcome, OutcomeKind
+from ..db import ClaimedJob, Driver
 from ..exceptions import (
     DeadlineExceeded,
     Discard,
@@ -36,8 +36,11 @@ from ..exceptions import (
     TaskNotRegistered,
     WorkqueueError,
 )
+from ..outcomes import Outcome, OutcomeKind
 from ..payload import storable_text
-from ..registry import Task, find_task
+from ..registry import Task, find_task, import_errors
+from ..states import Status
+from .asyncloop import AsyncLoop
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -48,20 +51,10 @@ class _LostLease(Exception):
     pass
 
 
-def execute(
-    job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
-) -> Outcome | None:
-    """Run ``job`` and record its outcome; return the outcome if it was recorded."""
-    outcome, pending = run(job, context, driver, loop)
-    if outcome is None or not pending:
-        return outcome
-    return record(driver, context, outcome)
-
-
 def run(
     job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
 ) -> tuple[Outcome | None, bool]:
-    """Run ``job``; return (outcome, whether it still has to be recorded).
+    """Run ``job``; return (outcome, whether it still has to be written).
 
     ``atomic=True`` tasks record their success inside their own transaction, so theirs comes
     back already written (or None when the lease was lost and the body rolled back); the
@@ -69,14 +62,13 @@ def run(
     """
     task = find_task(job.task_name)
     if task is None:  # retried: a worker running newer code may know it
-        return _failure(job, None, _not_registered(job.task_name)), True
+        return _not_run(job, None, _not_registered(job.task_name)), True
     if job.deadline_passed and job.deadline is not None:
         late = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
-        return _outcome(job, OutcomeKind.DISCARD, error=_error(late)), True
+        return _not_run(job, task, late, OutcomeKind.DISCARD), True
     malformed = _malformed_arguments(job)
     if malformed is not None:  # the row does not change between attempts: no retry helps
-        error = _error(MalformedArguments(malformed), with_traceback=False)
-        return _outcome(job, OutcomeKind.DISCARD, error=error), True
+        return _not_run(job, task, MalformedArguments(malformed), OutcomeKind.DISCARD), True
 
     args = [context, *job.args] if task.spec.takes_context else list(job.args)
     try:
@@ -95,8 +87,17 @@ def run(
         )
         return None, False
     except BaseException as exc:  # a task's failure must never end the slot
-        outcome = _classify(task, job, context, exc)
+        outcome = _classified(task, job, context, exc)
     return outcome, True
+
+
+def _not_run(
+    job: ClaimedJob, task: Task | None, exc: BaseException, kind: OutcomeKind = OutcomeKind.RETRY
+) -> Outcome:
+    """The outcome of an attempt that could not call the task, logged like a failure."""
+    outcome = _ended(job, task, exc, kind)
+    _log_failure(job, outcome, exc)
+    return outcome
 
 
 def _not_registered(task_name: str) -> TaskNotRegistered:
@@ -148,8 +149,8 @@ def _run_atomic(
     with transaction.atomic(using=driver.alias):
         value = task.spec.func(*args, **job.kwargs)
         outcome = _success(job, value)
+        outcome.progress = context.progress  # the last report commits with the result
         context.finished = True
-        context.write_progress()  # the last report commits with the result
         if not driver.record(context.owner, outcome):
             raise _LostLease
     return outcome
@@ -167,6 +168,24 @@ def _success(job: ClaimedJob, value: Any) -> Outcome:
     return _outcome(job, OutcomeKind.SUCCEEDED, result_json=encoded)
 
 
+def _classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
+    """The outcome of a body that raised ``exc``, logged. Code of the task's that runs here
+    (``backoff``, ``on_failure``, the exception's ``str()``) cannot drop the outcome: if it
+    raises, the attempt ends as a failure that names it, retried with the default backoff."""
+    try:
+        outcome = _classify(task, job, context, exc)
+    except Exception as problem:
+        why = WorkqueueError(
+            f"{job.task_name} raised {_describe(exc)}, and classifying that failure raised "
+            f"{_describe(problem)} (check the task's backoff and on_failure); retried with "
+            f"the default backoff"
+        )
+        why.__cause__ = problem
+        outcome = _ended(job, None, why)
+    _log_failure(job, outcome, exc)
+    return outcome
+
+
 def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
     if isinstance(exc, Retry):
         delay = retry.delay_for(task.spec.backoff, job.attempt) if exc.delay is None else exc.delay
@@ -174,25 +193,40 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
     if isinstance(exc, Snooze):
         return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay)
     if isinstance(exc, Discard | ResultNotJSON):
-        return _outcome(job, OutcomeKind.DISCARD, error=_error(exc))
+        return _ended(job, task, exc, OutcomeKind.DISCARD)
     if context.timed_out and isinstance(exc, JobCancelled | TimeoutError):
         exc = JobTimeout(f"{job.task_name} ran past its timeout of {task.spec.timeout}s")
     elif context.cancel_requested and isinstance(exc, JobCancelled | asyncio.CancelledError):
-        return _outcome(job, OutcomeKind.CANCELLED, error=_error(JobCancelled("cancelled")))
+        return _ended(job, task, JobCancelled("cancelled", reason=context.abort_reason),
+                      OutcomeKind.CANCELLED)  # fmt: skip
     if task.spec.on_failure is not None:
         try:
             verdict = task.spec.on_failure(exc)
-        except Exception:
-            logger.exception("on_failure of %s raised; retrying as usual", job.task_name)
-            verdict = None
+        except Exception as problem:
+            # Retried as usual, and the recorded error says why on_failure did not decide.
+            wrapped = WorkqueueError(
+                f"{_describe(exc)}; on_failure of {job.task_name} raised {_describe(problem)}, "
+                f"so the failure was retried as usual"
+            )
+            wrapped.__cause__ = exc
+            return _ended(job, task, wrapped)
         if verdict == "discard":
-            return _outcome(job, OutcomeKind.DISCARD, error=_error(exc))
-    return _failure(job, task, exc)
+            return _ended(job, task, exc, OutcomeKind.DISCARD)
+    return _ended(job, task, exc)
 
 
-def _failure(job: ClaimedJob, task: Task | None, exc: BaseException) -> Outcome:
-    delay = retry.delay_for(task.spec.backoff if task else None, job.attempt)
-    return _outcome(job, OutcomeKind.RETRY, error=_error(exc), delay=delay)
+def _ended(
+    job: ClaimedJob,
+    task: Task | None,
+    exc: BaseException,
+    kind: OutcomeKind = OutcomeKind.RETRY,
+) -> Outcome:
+    """A failure outcome for ``exc``: retried after the task's backoff unless ``kind`` says
+    otherwise."""
+    delay = 0.0
+    if kind == OutcomeKind.RETRY:
+        delay = retry.delay_for(task.spec.backoff if task else None, job.attempt)
+    return _outcome(job, kind, error=_error(exc), delay=delay)
 
 
 def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
@@ -201,26 +235,62 @@ def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
     )
 
 
-def _error(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
+def _error(exc: BaseException) -> dict[str, Any]:
     kind = type(exc)
-    trace = "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:] if with_traceback else None
+    with_traceback = not isinstance(exc, MalformedArguments)
+    trace = None
+    if with_traceback:
+        try:
+            trace = "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:]
+        except Exception as problem:  # a __str__ that raises breaks the formatting too
+            trace = f"(the traceback could not be formatted: {_describe(problem)})"
     return {
         "type": f"{kind.__module__}.{kind.__qualname__}",
-        "message": storable_text(str(exc)[:2000]),
+        "message": storable_text(_safe_str(exc)[:2000]),
         "traceback": None if trace is None else storable_text(trace),
     }
 
 
-def record(driver: Driver, context: JobContext, outcome: Outcome) -> Outcome | None:
-    """Write one outcome; return it if it was written (this worker still held the lease)."""
-    context.finished = True
-    if driver.record(context.owner, outcome):
-        return outcome
-    log_not_written(outcome)
-    return None
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as problem:
+        return f"<{type(exc).__name__} whose str() raised {type(problem).__name__}>"
 
 
-def log_not_written(outcome: Outcome) -> None:
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_safe_str(exc)}"
+
+
+def _log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
+    """One log line per failed attempt on the worker's logger, so that log handlers and error
+    trackers see failures: WARNING when it will run again, ERROR when it ends ``failed``."""
+    status = outcome.status
+    if outcome.kind == OutcomeKind.SNOOZE or status in (Status.SUCCEEDED, Status.CANCELLED):
+        if status == Status.CANCELLED:
+            logger.info("job %s (%s) attempt %s cancelled", job.id, job.task_name, job.attempt)
+        return
+    error = outcome.error or {}
+    if status == Status.FAILED:
+        level, verdict = logging.ERROR, "failed; the job is dead-lettered (status failed)"
+    else:
+        level, verdict = logging.WARNING, f"failed; retrying in {outcome.delay:.1f}s"
+    logger.log(
+        level, "job %s (%s) attempt %s of %s %s: %s: %s",
+        job.id, job.task_name, job.attempt, job.max_attempts, verdict,
+        error.get("type", type(exc).__name__), error.get("message", ""),
+        exc_info=(type(exc), exc, exc.__traceback__),
+        extra={"job_id": job.id, "task_name": job.task_name, "attempt": job.attempt},
+    )  # fmt: skip
+
+
+def log_not_written(outcome: Outcome, gone: bool = False) -> None:
+    if gone:
+        logger.warning(
+            "job %s attempt %s: the job's row is gone (deleted while it ran); its %s outcome "
+            "was dropped", outcome.job_id, outcome.attempt, outcome.kind,
+        )  # fmt: skip
+        return
     logger.warning(
         "job %s attempt %s: this worker no longer holds the lease; its %s outcome was not "
         "written (the job was reaped, released or cancelled meanwhile)",
@@ -228,98 +298,14 @@ def log_not_written(outcome: Outcome) -> None:
     )  # fmt: skip
 
 
-# PostgreSQL's lock_timeout and statement cancellation: the session is fine, try again later.
-_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014"})
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection is gone (or the database is down or locked),
-    as opposed to the database refusing one statement."""
-    return isinstance(exc, OperationalError | InterfaceError) and not is_lock_timeout(exc)
-
-
-def is_lock_timeout(exc: BaseException) -> bool:
-    return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying as it was: a lost connection or a lock wait that timed out."""
-    return isinstance(exc, OperationalError | InterfaceError)
-
-
-def close_unusable_connections() -> None:
-    """Close this thread's connections that no longer answer (after a database restart)."""
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.is_usable():
-            conn.close()
-
-
 def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
     """A discard saying why ``outcome`` could not be written (the database refused it)."""
     problem = WorkqueueError(
-        f"the job's {outcome.kind} outcome could not be stored: {type(exc).__name__}: {exc}"
+        f"the job's {outcome.kind} outcome could not be stored: {_describe(exc)}"
     )
     return Outcome(
         job_id=outcome.job_id, attempt=outcome.attempt, kind=OutcomeKind.DISCARD,
-        max_attempts=outcome.max_attempts, error=_error(problem, with_traceback=False),
+        max_attempts=outcome.max_attempts,
+        error={"type": "django_workqueue.exceptions.WorkqueueError",
+               "message": storable_text(str(problem)[:2000]), "traceback": None},
     )  # fmt: skip
-
-
-def tidy_connections() -> None:
-    """Treat each job like a request: drop broken connections and roll back leftovers.
-
-    Unlike a web request, a worker keeps its healthy connections between jobs even with
-    ``CONN_MAX_AGE = 0`` (one per slot thread, the budget of concurrency + a few); a positive
-    ``CONN_MAX_AGE`` still caps their age.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if conn.in_atomic_block:  # a task leaked an open transaction out of its body
-            # Closing rolls the transaction back, but Django keeps the wrapper marked as inside
-            # the atomic block (closed_in_transaction), so every later query on this thread
-            # would fail: drop the wrapper and let the thread open a fresh one.
-            conn.close()
-            del connections[conn.alias]
-        elif conn.settings_dict["CONN_MAX_AGE"] == 0:
-            if conn.errors_occurred and not conn.is_usable():
-                conn.close()
-            conn.errors_occurred = False
-        else:
-            conn.close_if_unusable_or_obsolete()
-
-
-class AsyncLoop:
-    """The worker's event loop, on its own thread; async tasks run on it one per slot."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="workqueue-asyncio", daemon=True
-        )
-        self.thread.start()
-
-    def run(
-        self, coro: Coroutine[Any, Any, Any], context: JobContext, timeout: float | None
-    ) -> Any:
-        async def guarded() -> Any:
-            try:
-                async with asyncio.timeout(timeout) as scope:
-                    return await coro
-            except TimeoutError:
-                if scope.expired():  # our timeout, not a TimeoutError of the task's own
-                    raise JobTimeout(f"the task ran past its timeout of {timeout}s") from None
-                raise
-
-        future = asyncio.run_coroutine_threadsafe(guarded(), self.loop)
-        while True:
-            try:
-                return future.result(timeout=0.05)
-            except concurrent.futures.TimeoutError:
-                if context.cancelled.is_set() and not future.done():
-                    future.cancel()
-            except concurrent.futures.CancelledError:
-                raise JobCancelled(context._why()) from None
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)

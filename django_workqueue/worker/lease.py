@@ -1,8 +1,9 @@
 """The heartbeat: one statement renews every lease this process holds.
 
-A job whose row did not renew has lost its lease (it was reaped while this worker stalled, or
-released): its ``context.cancelled`` fires and its outcome will be fenced out. The same pass sees
-``cancel_requested_at`` and fires cooperative cancellation.
+A job whose row did not renew is no longer this worker's: its ``context.cancelled`` fires with
+the reason (``completed_elsewhere`` if it was finished outside this worker, ``deleted`` if its row
+is gone, ``lease_lost`` if it was reaped and belongs to another attempt) and its outcome will be
+fenced out. The same pass sees ``cancel_requested_at`` and fires cooperative cancellation.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..conf import workqueue_settings as conf
-from ..context import JobContext
+from ..context import AbortReason, JobContext
 from ..db import Driver
+from ..states import TERMINAL
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -57,19 +59,37 @@ class LeaseKeeper:
         leases = [(job_id, r.context.job.attempt) for job_id, r in running.items()]
         renewed = self.driver.renew(self.owner, leases) if leases else {}
         self.next_renewal = started + self.interval(running)
-        for job_id, item in running.items():
-            context = item.context
-            if context.finished:  # recorded its outcome while we were renewing
+        lost = [job_id for job_id, item in running.items()
+                 if job_id not in renewed and not item.context.finished
+                 and not item.context.lease_lost]  # fmt: skip
+        for job_id, reason in self._why_lost(lost).items():
+            context = running[job_id].context
+            if context.abort(reason):
+                logger.warning(
+                    "job %s attempt %s: no longer this worker's (%s); cancelling it here",
+                    job_id, context.attempt, reason,
+                )  # fmt: skip
+        for job_id, cancel_requested in renewed.items():
+            item = running.get(job_id)
+            if not cancel_requested or item is None or item.context.finished:
                 continue
-            if job_id not in renewed:
-                if not context.lease_lost:
-                    logger.warning(
-                        "job %s attempt %s: lease lost (reaped or released); cancelling it here",
-                        job_id, context.attempt,
-                    )  # fmt: skip
-                context.lease_lost = True
-                context.cancelled.set()
-            elif renewed[job_id] and not context.cancel_requested:
+            if item.context.abort(AbortReason.CANCEL_REQUESTED):
                 logger.info("job %s: cancellation requested", job_id)
-                context.cancel_requested = True
-                context.cancelled.set()
+
+    def _why_lost(self, ids: list[int]) -> dict[int, AbortReason]:
+        """Why each job in ``ids`` was not renewed (one query, only when some were lost)."""
+        if not ids:
+            return {}
+        try:
+            states = self.driver.lease_states(ids)
+        except Exception:  # the reason is for the task and the log; the loss is certain
+            return dict.fromkeys(ids, AbortReason.LEASE_LOST)
+        reasons = {}
+        for job_id in ids:
+            if job_id not in states:
+                reasons[job_id] = AbortReason.DELETED
+            elif states[job_id][0] in TERMINAL:
+                reasons[job_id] = AbortReason.COMPLETED_ELSEWHERE
+            else:
+                reasons[job_id] = AbortReason.LEASE_LOST
+        return reasons

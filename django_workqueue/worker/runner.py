@@ -20,10 +20,7 @@ worker.
 from __future__ import annotations
 
 import logging
-import os
 import queue as queue_module
-import random
-import socket
 import threading
 import time
 import uuid
@@ -32,25 +29,21 @@ from collections.abc import Sequence
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
-from django.db.models.functions import Now
 
+from .. import wakeup
 from ..conf import workqueue_settings as conf
-from ..context import JobContext
-from ..db import ClaimedJob, Outcome, OutcomeKind, driver_for
-from ..maintenance import reaper
-from ..models import WorkerProcess
+from ..context import AbortReason, JobContext
+from ..db import ClaimedJob, Outcome, driver_for
+from ..maintenance.promoter import Promoter
+from ..maintenance.reaper import Reaper
 from ..registry import find_task
-from . import wakeup
+from . import shutdown
+from .asyncloop import AsyncLoop
 from .completer import Completer
-from .execution import (
-    AsyncLoop,
-    close_unusable_connections,
-    is_connection_error,
-    log_not_written,
-    run,
-    tidy_connections,
-)
+from .connections import close_unusable_connections, is_connection_error, tidy_connections
+from .execution import run
 from .lease import LeaseKeeper, RunningJob
+from .registration import Registration
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -119,7 +112,9 @@ class Worker:
         self._slots: list[threading.Thread] = []
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
-        self._next_reap = 0.0
+        self.registration = Registration(self.alias, self.id, self.queues, concurrency)
+        self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
+        self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL))
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
@@ -146,7 +141,7 @@ class Worker:
                     else:
                         self.wake.wait(self._sleep_for())
             finally:
-                self._shutdown()
+                shutdown.drain_and_stop(self)
         finally:
             _serving.worker = serving
         return 0
@@ -169,20 +164,7 @@ class Worker:
 
     # --- control loop ---------------------------------------------------------------------
 
-    def _register(self) -> None:
-        WorkerProcess.objects.using(self.alias).update_or_create(
-            id=self.id,
-            defaults={
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": self.queues,
-                "concurrency": self.concurrency,
-            },
-        )
-        self._registered = True
-
     def _start(self) -> None:
-        self._registered = False
         try:
             self._ensure_session()  # names the session and registers the worker
         except Exception as exc:  # a locked or restarting database: the ticks retry it
@@ -194,8 +176,7 @@ class Worker:
             self._slots.append(slot)
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
-            self._listener = self.driver.listener(self._on_notify, self.session_name)
-        self._next_reap = time.monotonic() + random.uniform(0, float(conf.REAPER_INTERVAL))
+            self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
         logger.info(
             "worker %s started: queues=%s concurrency=%s", self.id, self.queues, self.concurrency
         )
@@ -212,7 +193,7 @@ class Worker:
         failed = False
         self._connection_lost = False
         steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
-                 self._fill, self._reap)  # fmt: skip
+                 self._maintain, self._fill)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -222,14 +203,14 @@ class Worker:
                     break  # the connection is gone: the other steps would fail the same way
             else:
                 if step == self._fill:
-                    claimed = result or 0
+                    claimed = int(result or 0)  # type: ignore[arg-type]
         if not failed:
             self._error_backoff = 0.0
         return claimed
 
     def _step_failed(self, step: str, exc: Exception) -> bool:
         """Log a failed step and back off; return whether the connection was lost."""
-        lost = is_connection_error(exc)
+        lost = is_connection_error(self.driver, exc)
         self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
         if lost:
             connections[self.alias].close()
@@ -266,8 +247,8 @@ class Worker:
             # Named here too: the connection may predate run() (runworker's check of the tables).
             self.driver.name_session(self.session_name, connection)
             self._session = connection.connection
-        if not self._registered:
-            self._register()
+        if not self.registration.registered:
+            self.registration.register()
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
@@ -277,16 +258,15 @@ class Worker:
         if not self.leases.due(now):
             return
         self.leases.renew(running)
-        seen = WorkerProcess.objects.using(self.alias).filter(id=self.id)
-        if not seen.update(last_seen_at=Now()):
-            self._registered = False  # the row was pruned while this worker stalled
+        self.registration.beat()
 
-    def _reap(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_reap:
-            self._next_reap = now + float(conf.REAPER_INTERVAL) * random.uniform(0.8, 1.2)
-            if reaper.run_once(alias=self.alias):
-                self.wake.set()  # jobs may be ready again: claim them on the next pass
+    def _maintain(self) -> None:
+        """The maintenance services that are due: scheduled jobs whose time has come become
+        ready, expired leases are reaped."""
+        at = time.monotonic()
+        for service in (self.promoter, self.reaper):
+            if service.run_if_due(at):
+                self.wake.set()  # jobs may be ready: claim them on the next pass
 
     def _on_progress(self, context: JobContext) -> None:
         self.completer.report(context)
@@ -295,7 +275,7 @@ class Worker:
     def _write_progress(self) -> None:
         self.completer.write_progress()
 
-    def _flush(self) -> None:
+    def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
         with self._lock:
@@ -304,9 +284,7 @@ class Worker:
                 if item is not None and item.context.attempt == outcome.attempt:
                     del self._running[outcome.job_id]  # not the entry of a later attempt
                 self.finished_count += 1
-        for outcome in done:
-            if (outcome.job_id, outcome.attempt) not in written:
-                log_not_written(outcome)
+        return done, written
 
     def _fill(self) -> int:
         with self._lock:
@@ -321,8 +299,12 @@ class Worker:
         if free <= 0 or self.stopping.is_set():
             return 0
         jobs = self.driver.claim(self.queues, free, self.id)
-        # Nothing ready and nothing running that could still put a job back: burst is done.
+        # Nothing ready, nothing due to be promoted, and nothing running that could still put
+        # a job back: burst is done.
         self._drained = not jobs and running_before == 0
+        if self._drained and self.burst and self.promoter.run_once():
+            self._drained = False
+            self.wake.set()
         now = time.monotonic()
         with self._lock:
             for job in jobs:
@@ -332,8 +314,7 @@ class Worker:
                 task = find_task(job.task_name)
                 stale = self._running.get(job.id)
                 if stale is not None:  # reaped, then claimed again while its body runs here
-                    stale.context.lease_lost = True
-                    stale.context.cancelled.set()
+                    stale.context.abort(AbortReason.LEASE_LOST)
                 self._running[job.id] = RunningJob(
                     context,
                     started=now,
@@ -352,9 +333,8 @@ class Worker:
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
         for item in running.values():
             timeout = item.timeout
-            if timeout and now - item.started > timeout and not item.context.timed_out:
-                item.context.timed_out = True
-                item.context.cancelled.set()
+            if timeout and now - item.started > timeout:
+                item.context.abort(AbortReason.TIMEOUT)
 
     def _finished_work(self, claimed: int) -> bool:
         if self.max_jobs is not None and self.claimed_count >= self.max_jobs:
@@ -367,9 +347,24 @@ class Worker:
         until_renewal = self.leases.next_renewal - time.monotonic()
         return max(0.0, min(self.poll_interval, until_renewal))
 
-    def _on_notify(self, queue: str | None) -> None:
+    def _on_ready(self, queue: str | None) -> None:
+        """A NOTIFY: ``queue`` has new ready jobs (None: the listener reconnected, poll)."""
         if queue is None or queue in self.queues:
             self.wake.set()
+
+    def _on_abort(self, job_id: int, reason: str) -> None:
+        """A NOTIFY: the job must stop (e.g. ``cancel_job``); ignored unless it runs here."""
+        with self._lock:
+            item = self._running.get(job_id)
+        if item is None or item.context.finished:
+            return
+        try:
+            why = AbortReason(reason)
+        except ValueError:
+            logger.warning("job %s: unknown abort reason %r in a notification", job_id, reason)
+            return
+        if item.context.abort(why):
+            logger.info("job %s: %s (notified)", job_id, why)
 
     # --- slots ----------------------------------------------------------------------------
 
@@ -415,61 +410,3 @@ class Worker:
         with self._lock:
             if self._loop is None:
                 self._loop = AsyncLoop()
-
-    # --- shutdown -------------------------------------------------------------------------
-
-    def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.grace_seconds
-        while self.running_count and time.monotonic() < deadline:
-            self.wake.clear()
-            with self._lock:
-                running = dict(self._running)
-            try:
-                self._write_progress()
-                self._flush()
-                if self.leases.due(time.monotonic()):
-                    self.leases.renew(running)
-            except Exception as exc:
-                logger.warning("worker %s: lease renewal failed during shutdown: %s", self.id, exc)
-            self.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-        self._release_remaining()
-        for _ in self._slots:
-            self._inbox.put(None)
-        wakeup.unregister(self.wake)
-        if self._listener is not None:
-            self._listener.stop()  # type: ignore[attr-defined]
-        if self._loop is not None:
-            self._loop.close()
-        try:
-            WorkerProcess.objects.using(self.alias).filter(id=self.id).delete()
-        except Exception as exc:
-            logger.warning("worker %s: could not remove its registry row: %s", self.id, exc)
-        connections[self.alias].close()
-        logger.info("worker %s stopped after %s jobs", self.id, self.finished_count)
-
-    def _release_remaining(self) -> None:
-        """Past the grace period: give unfinished jobs back to ready, uncharged."""
-        try:
-            self._flush()
-        except Exception as exc:  # their leases will expire and be reaped
-            logger.warning("worker %s: could not write finished outcomes: %s", self.id, exc)
-        with self._lock:
-            running = {k: v for k, v in self._running.items() if not v.context.finished}
-        for job_id, item in running.items():
-            item.context.cancelled.set()
-            job = item.context.job
-            outcome = Outcome(
-                job_id=job_id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
-                max_attempts=job.max_attempts,
-            )  # fmt: skip
-            try:
-                if self.driver.record(self.id, outcome):
-                    logger.info("job %s released back to ready at shutdown", job_id)
-            except Exception as exc:  # the reaper will recover it instead
-                logger.warning("job %s: release failed (%s); its lease will expire", job_id, exc)
-        try:
-            # A slot may have finished while we released: its outcome is still in hand (the
-            # fence drops the outcome of a job that was released).
-            self._flush()
-        except Exception as exc:
-            logger.warning("worker %s: could not write finished outcomes: %s", self.id, exc)

@@ -1,7 +1,7 @@
 """``atomic=True`` tasks: the body's writes commit iff this worker records the job as succeeded.
 
 The fencing tests drive one attempt by hand: claim with the driver as a known owner, take the
-lease away as another worker or the reaper would, then run ``execute()`` as the stale worker.
+lease away as another worker or the reaper would, then run the job (``execution.run``) as the stale worker.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django_workqueue.context import JobContext
 from django_workqueue.db import ClaimedJob, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
-from django_workqueue.worker.execution import execute
+from django_workqueue.worker.execution import run
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import add, atomic_effect
 from tests.integration.helpers import (
@@ -43,7 +43,11 @@ def claim_as(owner: str) -> ClaimedJob:
 def run_as(owner: str, claimed: ClaimedJob):
     driver = driver_for("default")
     context = JobContext(claimed, owner=owner, driver=driver)
-    return execute(claimed, context, driver, None)
+    outcome, pending = run(claimed, context, driver, None)
+    if pending:  # not atomic: the worker's completer would write it; write it here
+        assert outcome is not None
+        return outcome if driver.record(owner, outcome) else None
+    return outcome  # atomic: recorded in its own transaction, or None (rolled back)
 
 
 def test_success_writes_the_effect_exactly_once(drain):

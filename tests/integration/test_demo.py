@@ -99,4 +99,4 @@ def test_demo_starts_from_a_clean_slate_and_leaves_other_jobs_alone() -> None:
     assert len(second_ids) == 15
     assert not first_ids & second_ids
     other.refresh_from_db()
-    assert (other.status, other.attempt) == ("ready", 0)
+    assert (other.status, other.attempt) == ("scheduled", 0)

@@ -30,7 +30,7 @@ from django_workqueue.exceptions import (
 )
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from django_workqueue.worker import wakeup
+from django_workqueue import wakeup
 from testproject.testapp.tasks import add, send_mail
 
 ADD = "testproject.testapp.tasks.add"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from django_workqueue.worker import wakeup
+from django_workqueue import wakeup
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add, send_mail
 from tests.integration.helpers import fresh, workqueue_settings
@@ -32,13 +32,13 @@ WAKE_TIMEOUT = 8.0  # well below the poll interval, generous for a busy machine
 def notifications(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     """What the worker's listener delivered; the in-process wake-up is disabled."""
     received: list[str | None] = []
-    on_notify = Worker._on_notify
+    on_notify = Worker._on_ready
 
     def recording(self: Worker, queue: str | None) -> None:
         received.append(queue)
         on_notify(self, queue)
 
-    monkeypatch.setattr(Worker, "_on_notify", recording)
+    monkeypatch.setattr(Worker, "_on_ready", recording)
     monkeypatch.setattr(wakeup, "wake", lambda queues: None)
     return received
 

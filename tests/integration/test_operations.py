@@ -56,7 +56,7 @@ def test_cancel_a_running_job_asks_its_worker_to_stop():
     job = JobFactory(running=True)
     result = operations.cancel_job(job)
     assert (result.action, result.count) == ("cancel_requested", 1)
-    assert "its worker will stop it at the next heartbeat" in result.message
+    assert "its worker has been asked to stop it" in result.message
     job.refresh_from_db()
     assert job.status == Status.RUNNING  # the worker ends it; the lease is still its own
     assert job.cancel_requested_at is not None

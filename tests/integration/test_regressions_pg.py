@@ -25,7 +25,7 @@ from django.db import OperationalError, connection
 from psycopg.conninfo import make_conninfo
 
 from django_workqueue.models import Job
-from django_workqueue.worker import wakeup
+from django_workqueue import wakeup
 from testproject.testapp.tasks import record, sleep_for
 from tests.acceptance.processes import RunworkerProcess, wait_for, worker_environment
 from tests.integration.helpers import fresh, workqueue_settings

@@ -125,7 +125,7 @@ def test_delayed_job_is_not_claimed_until_due(drain):
 
     assert fresh(now).status == "succeeded"
     later = fresh(later)
-    assert (later.status, later.attempt) == ("ready", 0)
+    assert (later.status, later.attempt) == ("scheduled", 0)
 
     Job.objects.filter(pk=later.pk).update(run_after=timezone.now() - dt.timedelta(seconds=1))
     drain()
@@ -155,7 +155,7 @@ def test_burst_exits_when_nothing_is_ready(drain):
 
     assert not thread.is_alive(), "the burst worker did not exit with nothing ready"
     assert worker_box["worker"].claimed_count == 0
-    assert fresh(scheduled).status == "ready"
+    assert fresh(scheduled).status == "scheduled"
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
@@ -202,7 +202,7 @@ def test_backoff_delay_is_applied_after_a_failure(drain):
     drain()
 
     job = fresh(job)
-    assert (job.status, job.attempt) == ("ready", 1)
+    assert (job.status, job.attempt) == ("scheduled", 1)
     assert error_summary(job) == [(1, "builtins.ValueError", "failure on attempt 1")]
     # backoff=30 on attempt 1: 30 s, spread by RETRY_JITTER (0.1): between 27 and 33 seconds
     # after the failure was recorded (both times come from the database in one statement).
@@ -216,7 +216,7 @@ def test_retry_with_delay_sets_run_after(drain):
     drain()
 
     job = fresh(job)
-    assert (job.status, job.attempt) == ("ready", 1)
+    assert (job.status, job.attempt) == ("scheduled", 1)
     assert error_summary(job) == [(1, f"{EXC}.Retry", "try again later")]
     delay = (job.run_after - parse_at(job.errors[0]["at"])).total_seconds()
     assert delay == pytest.approx(3600, abs=0.01)
@@ -250,7 +250,7 @@ def test_snooze_with_delay_puts_the_job_back_for_later(drain):
     drain()
 
     job = fresh(job)
-    assert (job.status, job.attempt, job.max_attempts) == ("ready", 1, 2)
+    assert (job.status, job.attempt, job.max_attempts) == ("scheduled", 1, 2)
     assert job.finished_at is None
     assert job.run_after - job.started_at >= dt.timedelta(seconds=599)
 

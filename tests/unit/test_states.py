@@ -20,13 +20,17 @@ from django_workqueue.states import (
 # has to be made on purpose in both places.
 ALLOWED = {
     ("blocked", "ready"),
+    ("blocked", "scheduled"),
     ("blocked", "cancelled"),
+    ("scheduled", "ready"),  # the promoter, once run_after has come; an operator's retry
+    ("scheduled", "cancelled"),
     ("ready", "running"),
     ("ready", "cancelled"),
     ("running", "succeeded"),
     ("running", "failed"),
     ("running", "cancelled"),
-    ("running", "ready"),  # retry, snooze, reaped lease, graceful-shutdown release
+    ("running", "ready"),  # reaped lease, graceful-shutdown release, retry without delay
+    ("running", "scheduled"),  # retry or snooze with a delay
     ("failed", "ready"),  # redrive out of the dead-letter queue
 }
 ALL_PAIRS = list(itertools.product([s.value for s in Status], repeat=2))
@@ -35,6 +39,7 @@ ALL_PAIRS = list(itertools.product([s.value for s in Status], repeat=2))
 def test_statuses_are_the_lowercase_words_stored_in_the_database():
     assert [s.value for s in Status] == [
         "blocked",
+        "scheduled",
         "ready",
         "running",
         "succeeded",
@@ -89,7 +94,7 @@ def test_can_transition_rejects_unknown_status_words():
 
 def test_terminal_and_active_split_the_statuses():
     assert {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED} == TERMINAL
-    assert {Status.BLOCKED, Status.READY, Status.RUNNING} == ACTIVE
+    assert {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING} == ACTIVE
     assert not TERMINAL & ACTIVE
     assert set(Status) == TERMINAL | ACTIVE
 

@@ -16,7 +16,7 @@ from django.db import connections
 
 from ...conf import workqueue_settings as conf
 from ...models import Job
-from ...worker.execution import is_transient
+from ...worker.connections import is_transient
 from ...worker.runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")

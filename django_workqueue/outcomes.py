@@ -1,0 +1,127 @@
+"""How a job's attempt ends: the one place where an outcome becomes a status.
+
+Every ending of an attempt (a success, a failure to retry, a discard, a cancellation, a snooze, a
+release at shutdown, a lease the reaper found expired) is an ``Outcome``. What it means — the
+status it writes, whether the attempt counts against ``max_attempts``, when the job may run
+again — is decided here and nowhere else; the drivers store the decision (``Outcome.row()``)
+with one fenced statement and do not decide again.
+
+One fact only the row knows at write time: whether cancellation was requested meanwhile (an
+operator may ask after the worker's last heartbeat). So an outcome decides both answers, the
+status to write and the status to write if cancellation was requested, and the driver picks one
+by the row's ``cancel_requested_at``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+from .states import TERMINAL, Status, transition
+
+
+class OutcomeKind(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # again after a delay, or failed once the attempts are spent
+    DISCARD = "discard"  # failed now, whatever attempts remain
+    CANCELLED = "cancelled"
+    SNOOZE = "snooze"  # again after a delay; the attempt is not charged
+    RELEASE = "release"  # graceful shutdown: ready again at once, in its place; not charged
+    LEASE_EXPIRED = "lease_expired"  # the reaper: the worker stopped renewing; charged
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Outcome:
+    """One attempt's ending, as a slot, the shutdown or the reaper reports it.
+
+    ``delay`` is the wait before the next attempt (retry, snooze). ``progress`` is the job's last
+    progress report, written in the same statement so that it always lands with the outcome.
+    """
+
+    job_id: int
+    attempt: int
+    kind: OutcomeKind
+    max_attempts: int
+    result_json: str | None = None
+    error: dict[str, Any] | None = None
+    delay: float = 0.0
+    progress: tuple[int, int | None, str] | None = None
+    _encoded: str | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def status(self) -> Status:
+        """The status this outcome writes, unless cancellation was requested."""
+        kind = self.kind
+        if kind == OutcomeKind.SUCCEEDED:
+            return Status.SUCCEEDED
+        if kind == OutcomeKind.DISCARD:
+            return Status.FAILED
+        if kind == OutcomeKind.CANCELLED:
+            return Status.CANCELLED
+        if kind in (OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED) and self.spent:
+            return Status.FAILED
+        if kind in (OutcomeKind.RELEASE, OutcomeKind.LEASE_EXPIRED):
+            return Status.READY  # keeps its run_after: back in its place, not behind the backlog
+        # Waiting for a later time is its own status, so that claims never walk past it.
+        return Status.SCHEDULED if self.delay > 0 else Status.READY
+
+    @property
+    def status_if_cancel_requested(self) -> Status:
+        """A requested cancellation turns every ending but a success into ``cancelled``."""
+        return Status.SUCCEEDED if self.kind == OutcomeKind.SUCCEEDED else Status.CANCELLED
+
+    @property
+    def spent(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @property
+    def charges_attempt(self) -> bool:
+        """Whether the attempt counts against ``max_attempts`` (the claim counted it; an
+        uncharged ending gives it back by raising the budget by one)."""
+        return self.kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE)
+
+    @property
+    def keeps_run_after(self) -> bool:
+        """Whether the job keeps its place (``run_after``) instead of waiting ``delay``."""
+        return self.kind in (OutcomeKind.RELEASE, OutcomeKind.LEASE_EXPIRED)
+
+    def row(self) -> dict[str, Any]:
+        """This outcome as one row of the batch ``Driver.record_many`` stores.
+
+        Keys left out arrive as NULL, keeping batches of successes small: ``status`` and
+        ``cancel_status`` are the two decided statuses, ``finished`` / ``cancel_finished``
+        whether each ends the job, ``delay`` (if present) the seconds from the database's clock
+        to the new ``run_after``, ``extra_attempts`` what is added to ``max_attempts``.
+        """
+        (status,) = transition(Status.RUNNING, self.status)
+        (cancel_status,) = transition(Status.RUNNING, self.status_if_cancel_requested)
+        row: dict[str, Any] = {
+            "id": self.job_id,
+            "attempt": self.attempt,
+            "status": status.value,
+            "cancel_status": cancel_status.value,
+            "finished": status in TERMINAL,
+        }
+        if self.result_json is not None:
+            row["result"] = self.result_json
+        if self.error is not None:
+            row["has_error"] = True
+            row["etype"] = self.error.get("type", "")
+            row["emessage"] = self.error.get("message", "")
+            row["etraceback"] = self.error.get("traceback")
+        if status in (Status.READY, Status.SCHEDULED) and not self.keeps_run_after:
+            row["delay"] = float(self.delay)
+        if not self.charges_attempt:
+            row["extra_attempts"] = 1
+        if self.progress is not None:
+            row["has_progress"] = True
+            row["pcurrent"], row["ptotal"], row["pmessage"] = self.progress
+        return row
+
+    def encoded(self) -> str:
+        """``row()`` as JSON, made once (slots make it, so the control thread only joins)."""
+        if self._encoded is None:
+            self._encoded = json.dumps(self.row(), separators=(",", ":"))
+        return self._encoded

@@ -1,0 +1,50 @@
+"""The worker's database connections: telling a lost connection from a refused statement, and
+tidying a slot's connections between jobs as Django tidies a request's."""
+
+from __future__ import annotations
+
+from django.db import InterfaceError, OperationalError, connections
+
+from ..db import Driver
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying as it was: a lost connection or a lock wait that timed out."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def is_connection_error(driver: Driver, exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (or the database is down or locked), as
+    opposed to the database refusing one statement or a lock wait timing out."""
+    return isinstance(exc, OperationalError | InterfaceError) and not driver.is_lock_timeout(exc)
+
+
+def close_unusable_connections() -> None:
+    """Close this thread's connections that no longer answer (after a database restart)."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.is_usable():
+            conn.close()
+
+
+def tidy_connections() -> None:
+    """Treat each job like a request: drop broken connections and roll back leftovers.
+
+    Unlike a web request, a worker keeps its healthy connections between jobs even with
+    ``CONN_MAX_AGE = 0`` (one per slot thread, the budget of concurrency + a few); a positive
+    ``CONN_MAX_AGE`` still caps their age.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block:  # a task leaked an open transaction out of its body
+            # Closing rolls the transaction back, but Django keeps the wrapper marked as inside
+            # the atomic block (closed_in_transaction), so every later query on this thread
+            # would fail: drop the wrapper and let the thread open a fresh one.
+            conn.close()
+            del connections[conn.alias]
+        elif conn.settings_dict["CONN_MAX_AGE"] == 0:
+            if conn.errors_occurred and not conn.is_usable():
+                conn.close()
+            conn.errors_occurred = False
+        else:
+            conn.close_if_unusable_or_obsolete()

@@ -1,0 +1,108 @@
+"""Graceful shutdown: let running jobs finish within the grace period, then give the rest back.
+
+Past the grace period, unfinished jobs are released to ready, uncharged and in their place
+(``OutcomeKind.RELEASE``), and their bodies are told to stop (``AbortReason.SHUTDOWN``). A body
+that returns just as it is released — after the release decision, before or during its write —
+has handed its outcome to the completer: the worker then takes the job back (nobody can have
+claimed it: same attempt, still ready, no owner) and writes that outcome, so a finished job is
+never run again because of the release. A body that returns after that ran past the release:
+its outcome is fenced out and the job runs again, at least once as always.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from .. import wakeup
+from ..context import AbortReason
+from ..outcomes import Outcome, OutcomeKind
+
+if TYPE_CHECKING:
+    from .runner import Worker
+
+logger = logging.getLogger("django_workqueue.worker")
+
+
+def drain_and_stop(worker: Worker) -> None:
+    """Wait up to the grace period for running jobs, release the rest, stop every thread."""
+    deadline = time.monotonic() + worker.grace_seconds
+    while worker.running_count and time.monotonic() < deadline:
+        worker.wake.clear()
+        with worker._lock:
+            running = dict(worker._running)
+        try:
+            worker._write_progress()
+            worker._flush()
+            if worker.leases.due(time.monotonic()):
+                worker.leases.renew(running)
+        except Exception as exc:
+            logger.warning("worker %s: lease renewal failed during shutdown: %s", worker.id, exc)
+        worker.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+    release_remaining(worker)
+    for _ in worker._slots:
+        worker._inbox.put(None)
+    wakeup.unregister(worker.wake)
+    if worker._listener is not None:
+        worker._listener.stop()  # type: ignore[attr-defined]
+    if worker._loop is not None:
+        worker._loop.close()
+    try:
+        worker.registration.unregister()
+    except Exception as exc:
+        logger.warning("worker %s: could not remove its registry row: %s", worker.id, exc)
+    connections[worker.alias].close()
+    logger.info("worker %s stopped after %s jobs", worker.id, worker.finished_count)
+
+
+def release_remaining(worker: Worker) -> None:
+    """Past the grace period: give unfinished jobs back to ready, uncharged."""
+    _flush(worker)
+    with worker._lock:  # slots hand over under this lock: the snapshot sees every finish
+        unfinished = {k: v for k, v in worker._running.items() if not v.context.finished}
+        for item in unfinished.values():
+            item.context.released = True
+    if not unfinished:
+        return
+    for item in unfinished.values():
+        item.context.abort(AbortReason.SHUTDOWN)
+    releases = [
+        Outcome(
+            job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
+            max_attempts=item.context.job.max_attempts,
+        )
+        for job_id, item in unfinished.items()
+    ]  # fmt: skip
+    try:
+        written = worker.driver.record_many(worker.id, releases).written
+    except Exception as exc:  # the reaper will recover them instead
+        logger.warning("worker %s: release failed (%s); leases will expire", worker.id, exc)
+        written = set()
+    for job_id, _ in sorted(written):
+        logger.info("job %s released back to ready at shutdown", job_id)
+    # Bodies that returned after the snapshot: take their jobs back and write their outcomes.
+    late = worker.completer.take({job_id for job_id, _ in written})
+    for outcome in late:
+        try:
+            retaken = worker.driver.retake(worker.id, outcome.job_id, outcome.attempt)
+        except Exception as exc:
+            logger.warning("job %s: could not take it back after release: %s", outcome.job_id, exc)
+            retaken = False
+        if retaken:
+            worker.completer.hand_over(outcome)
+        else:
+            logger.warning(
+                "job %s finished just after it was released at shutdown, and another worker "
+                "claimed it meanwhile: it runs again", outcome.job_id,
+            )  # fmt: skip
+    _flush(worker)
+
+
+def _flush(worker: Worker) -> None:
+    try:
+        worker._flush()
+    except Exception as exc:  # their leases will expire and be reaped
+        logger.warning("worker %s: could not write finished outcomes: %s", worker.id, exc)

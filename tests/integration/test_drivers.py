@@ -1,0 +1,338 @@
+"""The driver contract (``db/base.py``), run against the vendor of the test database.
+
+Every branch of the outcome write is covered here: each kind of outcome, with and without a
+requested cancellation, with attempts left and spent, with and without a progress report, and
+each fence (owner, attempt, status, a row that is gone, a row another session holds locked).
+The expectations are the design's words (``docs/explanation/architecture.md``), written out
+here, not read from ``outcomes.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
+from django_workqueue.models import Job
+from tests.factories import JobFactory
+from tests.integration.helpers import db_now, row_snapshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OWNER = "worker-a"  # JobFactory's running jobs are leased to it
+AT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def driver():
+    return driver_for("default")
+
+
+def outcome(job: Job, kind: OutcomeKind, **fields: Any) -> Outcome:
+    return Outcome(
+        job_id=job.pk, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts, **fields
+    )
+
+
+def failure(job: Job, kind: OutcomeKind = OutcomeKind.RETRY, **fields: Any) -> Outcome:
+    error = {"type": "builtins.ValueError", "message": "boom", "traceback": "Traceback ..."}
+    return outcome(job, kind, error=error, **fields)
+
+
+def write(*outcomes: Outcome) -> set[tuple[int, int]]:
+    return driver().record_many(OWNER, outcomes).written
+
+
+def seconds_after_now(value: dt.datetime) -> float:
+    return (value - db_now()).total_seconds()
+
+
+# --- the outcome write: what each ending stores --------------------------------------------
+
+
+def test_a_success_stores_its_result_and_ends_the_job():
+    job = JobFactory(running=True)
+    assert write(outcome(job, OutcomeKind.SUCCEEDED, result_json='{"n": 3}')) == {(job.pk, 1)}
+    job.refresh_from_db()
+    assert (job.status, job.result, job.lease_owner, job.lease_expires_at) == (
+        "succeeded", {"n": 3}, None, None,
+    )  # fmt: skip
+    assert job.finished_at is not None and job.errors == [] and job.max_attempts == 3
+
+
+def test_a_success_stands_even_when_cancellation_was_requested():
+    job = JobFactory(running=True, cancel_requested_at=timezone.now())
+    write(outcome(job, OutcomeKind.SUCCEEDED, result_json="1"))
+    assert Job.objects.get(pk=job.pk).status == "succeeded"
+
+
+def test_a_retry_without_delay_is_ready_again_at_once_and_records_the_error():
+    job = JobFactory(running=True)
+    write(failure(job, delay=0.0))
+    job.refresh_from_db()
+    assert (job.status, job.finished_at, job.lease_owner, job.max_attempts) == (
+        "ready", None, None, 3,
+    )  # fmt: skip
+    assert abs(seconds_after_now(job.run_after)) < 5
+    [error] = job.errors
+    assert (error["attempt"], error["type"], error["message"]) == (1, "builtins.ValueError", "boom")
+    assert AT.match(error["at"]), error["at"]  # one format on every database
+
+
+def test_a_retry_with_a_delay_is_scheduled_for_then():
+    job = JobFactory(running=True)
+    write(failure(job, delay=30.0))
+    job.refresh_from_db()
+    assert job.status == "scheduled"
+    assert 25 < seconds_after_now(job.run_after) <= 30
+
+
+def test_a_retry_with_its_attempts_spent_fails_the_job():
+    job = JobFactory(running=True, attempt=3, max_attempts=3)
+    write(failure(job, delay=30.0))
+    job.refresh_from_db()
+    assert job.status == "failed" and job.finished_at is not None
+
+
+@pytest.mark.parametrize(
+    "kind", [OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.SNOOZE, OutcomeKind.RELEASE]
+)
+def test_a_requested_cancellation_turns_any_other_ending_into_cancelled(kind):
+    job = JobFactory(running=True, cancel_requested_at=timezone.now())
+    write(failure(job, kind, delay=30.0))
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.finished_at is not None
+
+
+def test_a_discard_fails_the_job_with_attempts_left():
+    job = JobFactory(running=True, attempt=1, max_attempts=5)
+    write(failure(job, OutcomeKind.DISCARD))
+    job.refresh_from_db()
+    assert (job.status, len(job.errors)) == ("failed", 1)
+
+
+def test_a_cancelled_ending_is_cancelled():
+    job = JobFactory(running=True)
+    write(failure(job, OutcomeKind.CANCELLED))
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+
+
+@pytest.mark.parametrize(("delay", "status"), [(0.0, "ready"), (60.0, "scheduled")])
+def test_a_snooze_gives_the_attempt_back(delay, status):
+    job = JobFactory(running=True, attempt=3, max_attempts=3)
+    write(outcome(job, OutcomeKind.SNOOZE, delay=delay))
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.max_attempts, job.errors) == (status, 3, 4, [])
+
+
+def test_a_release_keeps_its_place_and_gives_the_attempt_back():
+    place = timezone.now() - dt.timedelta(hours=1)
+    job = JobFactory(running=True, run_after=place)
+    write(outcome(job, OutcomeKind.RELEASE))
+    job.refresh_from_db()
+    assert (job.status, job.run_after, job.max_attempts, job.errors) == ("ready", place, 4, [])
+
+
+@pytest.mark.parametrize(("attempt", "status"), [(1, "ready"), (3, "failed")])
+def test_an_expired_lease_keeps_its_place_and_counts_the_attempt(attempt, status):
+    place = timezone.now() - dt.timedelta(hours=1)
+    job = JobFactory(expired=True, attempt=attempt, run_after=place)
+    write(failure(job, OutcomeKind.LEASE_EXPIRED))
+    job.refresh_from_db()
+    assert (job.status, job.run_after, job.max_attempts) == (status, place, 3)
+
+
+def test_the_last_progress_report_lands_with_the_outcome():
+    job = JobFactory(running=True)
+    write(outcome(job, OutcomeKind.SUCCEEDED, result_json="1", progress=(5, 5, "done")))
+    job.refresh_from_db()
+    assert (job.progress_current, job.progress_total, job.progress_message) == (5, 5, "done")
+
+
+def test_an_outcome_without_progress_leaves_the_progress_alone():
+    job = JobFactory(running=True, progress_current=2, progress_total=9, progress_message="m")
+    write(failure(job))
+    job.refresh_from_db()
+    assert (job.progress_current, job.progress_total, job.progress_message) == (2, 9, "m")
+
+
+# --- the fences --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"lease_owner": "worker-b"},
+        {"attempt": 2},
+        {"status": "ready", "lease_owner": None},
+        {"status": "succeeded", "lease_owner": None},
+    ],
+    ids=["another-owner", "another-attempt", "released", "finished"],
+)
+def test_an_outcome_for_a_lease_not_held_changes_nothing(change):
+    job = JobFactory(running=True)
+    stale = outcome(job, OutcomeKind.SUCCEEDED, result_json="1")
+    Job.objects.filter(pk=job.pk).update(**change)
+    before = row_snapshot(job.pk)
+    recorded = driver().record_many(OWNER, [stale], skip_locked=True)
+    assert (recorded.written, recorded.busy) == (set(), set())
+    assert row_snapshot(job.pk) == before
+
+
+def test_an_outcome_for_a_deleted_job_is_neither_written_nor_busy():
+    job = JobFactory(running=True)
+    gone = outcome(job, OutcomeKind.SUCCEEDED, result_json="1")
+    Job.objects.filter(pk=job.pk).delete()
+    recorded = driver().record_many(OWNER, [gone], skip_locked=True)
+    assert (recorded.written, recorded.busy) == (set(), set())
+    report = Progress(job_id=job.pk, attempt=1, current=1, total=None, message="")
+    recorded = driver().write_progress(OWNER, [report], skip_locked=True)
+    assert (recorded.written, recorded.busy) == (set(), set())
+
+
+@pytest.fixture
+def row_lock():
+    """Hold a job's row ``FOR UPDATE`` in another session until the test ends."""
+    held = threading.Event()
+    done = threading.Event()
+    threads = []
+
+    def lock(job_id: int) -> None:
+        def hold() -> None:
+            try:
+                with transaction.atomic():
+                    list(Job.objects.select_for_update().filter(pk=job_id))
+                    held.set()
+                    done.wait(30)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        threads.append(thread)
+        assert held.wait(10)
+
+    yield lock
+    done.set()
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.mark.postgres_only  # row locks: SQLite locks the whole database, never one row
+def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(row_lock):
+    locked, free = JobFactory(running=True), JobFactory(running=True)
+    row_lock(locked.pk)
+    recorded = driver().record_many(
+        OWNER,
+        [outcome(job, OutcomeKind.SUCCEEDED, result_json="1") for job in (locked, free)],
+        skip_locked=True,
+    )
+    assert (recorded.written, recorded.busy) == ({(free.pk, 1)}, {locked.pk})
+    reports = [Progress(job_id=locked.pk, attempt=1, current=1, total=2, message="")]
+    recorded = driver().write_progress(OWNER, reports, skip_locked=True)
+    assert (recorded.written, recorded.busy) == (set(), {locked.pk})
+    assert Job.objects.get(pk=locked.pk).status == "running"
+
+
+# --- progress ----------------------------------------------------------------------------
+
+
+def test_progress_is_written_for_leases_held_only():
+    mine, other = JobFactory(running=True), JobFactory(running=True, lease_owner="worker-b")
+    reports = [
+        Progress(job_id=job.pk, attempt=1, current=7, total=10, message="seven")
+        for job in (mine, other)
+    ]
+    recorded = driver().write_progress(OWNER, reports)
+    assert recorded.written == {(mine.pk, 1)}
+    assert Job.objects.get(pk=mine.pk).progress == {"current": 7, "total": 10, "message": "seven"}
+    assert Job.objects.get(pk=other.pk).progress_current is None
+
+
+# --- insert, claim, promote, expire, retake ----------------------------------------------
+
+
+def test_insert_schedules_a_job_due_later_and_readies_a_job_due_now(vendor):
+    from django_workqueue.db import NewJob
+
+    template = dict(task_name="t", queue="default", priority=0, max_attempts=3, lease_seconds=60)
+    later = driver().insert(NewJob(**template, delay=60.0), [("[]", "{}")])
+    now = driver().insert(NewJob(**template), [("[]", "{}")])
+    past = driver().insert(
+        NewJob(**template, run_at=timezone.now() - dt.timedelta(minutes=1)), [("[]", "{}")]
+    )
+    assert (later.status, now.status, past.status) == ("scheduled", "ready", "ready")
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {later.ids[0]: "scheduled", now.ids[0]: "ready", past.ids[0]: "ready"}
+
+
+def test_claims_never_see_scheduled_jobs_and_promotion_makes_them_claimable():
+    due = JobFactory(status="scheduled", run_after=timezone.now() - dt.timedelta(seconds=5))
+    later = JobFactory(status="scheduled", run_after=timezone.now() + dt.timedelta(hours=1))
+    assert driver().claim(["default"], 10, OWNER) == []
+    assert driver().promote(100) == ["default"]
+    assert Job.objects.get(pk=later.pk).status == "scheduled"
+    [claimed] = driver().claim(["default"], 10, OWNER)
+    assert claimed.id == due.pk
+
+
+def test_promotion_takes_the_earliest_first_up_to_its_limit_with_an_injected_clock():
+    base = timezone.now() + dt.timedelta(hours=1)
+    jobs = [
+        JobFactory(status="scheduled", run_after=base + dt.timedelta(seconds=n), queue=queue)
+        for n, queue in enumerate(["mail", "default", "reports"])
+    ]
+    assert driver().promote(2, now=base + dt.timedelta(minutes=1)) == ["mail", "default"]
+    statuses = [Job.objects.get(pk=job.pk).status for job in jobs]
+    assert statuses == ["ready", "ready", "scheduled"]
+
+
+def test_expired_leases_are_the_running_jobs_past_their_lease(vendor):
+    expired = JobFactory(expired=True, queue="mail")
+    JobFactory(running=True)
+    JobFactory(status="ready", lease_expires_at=timezone.now() - dt.timedelta(hours=1))
+    with transaction.atomic():
+        [row] = driver().expired_leases(10)
+    assert (row.id, row.attempt, row.max_attempts, row.owner, row.queue) == (
+        expired.pk, 1, 3, OWNER, "mail",
+    )  # fmt: skip
+    later = timezone.now() + dt.timedelta(minutes=5)
+    assert len(driver().expired_leases(10, now=later)) == 2
+
+
+def test_retake_leases_a_released_job_back_only_if_nobody_claimed_it_since():
+    job = JobFactory(running=True)
+    assert write(outcome(job, OutcomeKind.RELEASE))
+    assert driver().retake(OWNER, job.pk, 1) is True
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.attempt, job.max_attempts) == (
+        "running", OWNER, 1, 3,
+    )  # fmt: skip
+    write(outcome(job, OutcomeKind.RELEASE))
+    driver().claim(["default"], 1, "worker-b")  # attempt 2, another owner
+    assert driver().retake(OWNER, job.pk, 1) is False
+
+
+def test_lease_states_tell_a_finished_job_from_a_deleted_one():
+    running, finished = JobFactory(running=True), JobFactory(status="succeeded")
+    deleted = JobFactory(running=True)
+    Job.objects.filter(pk=deleted.pk).delete()
+    states = driver().lease_states([running.pk, finished.pk, deleted.pk])
+    assert states == {running.pk: ("running", OWNER), finished.pk: ("succeeded", None)}
+
+
+def test_the_lock_timeout_is_recognised_only_by_the_vendor_that_has_one(vendor):
+    from django.db import OperationalError
+
+    class LockNotAvailable(Exception):
+        sqlstate = "55P03"
+
+    error = OperationalError("canceling statement due to lock timeout")
+    error.__cause__ = LockNotAvailable()
+    assert driver().is_lock_timeout(error) is (vendor == "postgresql")
+    assert driver().is_lock_timeout(OperationalError("connection refused")) is False
