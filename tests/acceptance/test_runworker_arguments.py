@@ -9,8 +9,7 @@ import pytest
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.states import Status
 from testproject.testapp.tasks import add
-
-from .processes import run_manage
+from tests.support.processes import run_manage
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

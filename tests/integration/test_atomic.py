@@ -18,14 +18,9 @@ from django_workqueue.models import Job
 from django_workqueue.worker.execution import execute
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import add, atomic_effect
-from tests.integration.helpers import (
-    Gate,
-    atomic_gated_effect,
-    fresh,
-    gates,
-    row_snapshot,
-    workqueue_settings,
-)
+from tests.support.database import fresh, row_snapshot
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import Gate, atomic_gated_effect, gates
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from django_workqueue.db import driver_for
 from django_workqueue.models import Job
-from tests.factories import JobFactory
-from tests.integration.helpers import db_now, fresh
+from tests.support.database import db_now, fresh
+from tests.support.factories import JobFactory
 
 OWNER = "owner-x"
 

@@ -14,19 +14,11 @@ from django_workqueue.db import Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from testproject.testapp.tasks import sleep_for, wait_for_cancel
-from tests.factories import JobFactory
-from tests.integration.helpers import (
-    db_now,
-    expire_and_reap,
-    first_attempt_results,
-    fresh,
-    hold_first_attempt,
-    join_slots,
-    ledger,
-    row_snapshot,
-    workqueue_settings,
-)
-from tests.waiting import wait_until
+from tests.support.database import db_now, expire_and_reap, fresh, ledger, row_snapshot
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import first_attempt_results, hold_first_attempt
+from tests.support.waiting import join_slots, wait_until
 
 EXC = "django_workqueue.exceptions"
 LATER = dt.timedelta(minutes=10)

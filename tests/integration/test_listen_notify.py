@@ -16,8 +16,9 @@ from django.db import connection
 from django_workqueue.worker import wakeup
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add, send_mail
-from tests.integration.helpers import fresh, workqueue_settings
-from tests.waiting import wait_until
+from tests.support.database import fresh
+from tests.support.settings import workqueue_settings
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.postgres_only,

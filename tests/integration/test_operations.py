@@ -13,18 +13,14 @@ from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import add, record
-from tests.factories import JobFactory
+from tests.support.database import row_snapshot as snapshot
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
 ADD = "testproject.testapp.tasks.add"
 FLAKY = "testproject.testapp.tasks.flaky"  # max_attempts=4
 SEND_MAIL = "testproject.testapp.tasks.send_mail"  # the default max_attempts, 3
-
-
-def snapshot(job: Job) -> dict:
-    """Every column of the job as stored now."""
-    return Job.objects.filter(pk=job.pk).values().get()
 
 
 def is_due(job: Job) -> bool:

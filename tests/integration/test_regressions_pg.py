@@ -27,9 +27,10 @@ from psycopg.conninfo import make_conninfo
 from django_workqueue.models import Job
 from django_workqueue.worker import wakeup
 from testproject.testapp.tasks import record, sleep_for
-from tests.acceptance.processes import RunworkerProcess, wait_for, worker_environment
-from tests.integration.helpers import fresh, workqueue_settings
-from tests.waiting import wait_until
+from tests.support.database import fresh
+from tests.support.processes import RunworkerProcess, wait_for, worker_environment
+from tests.support.settings import workqueue_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

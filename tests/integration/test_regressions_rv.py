@@ -20,9 +20,9 @@ from django_workqueue.payload import describe
 from django_workqueue.registry import MAX_ATTEMPTS
 from django_workqueue.states import Status
 from django_workqueue.worker.lease import LeaseKeeper, RunningJob
-from tests.acceptance.processes import MANAGE_PY, REPO_ROOT
-from tests.factories import JobFactory
-from tests.integration.helpers import fresh
+from tests.support.database import fresh
+from tests.support.factories import JobFactory
+from tests.support.processes import MANAGE_PY, REPO_ROOT
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from django_workqueue.models import Job
 from django_workqueue.states import Status
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add
-from tests.integration.helpers import expire_and_reap
+from tests.support.database import expire_and_reap
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

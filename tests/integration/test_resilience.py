@@ -16,14 +16,11 @@ from django_workqueue import operations
 from django_workqueue.exceptions import PayloadNotJSON
 from django_workqueue.models import Job
 from testproject.testapp.tasks import add, record, sleep_for
-from tests.factories import JobFactory
-from tests.integration.helpers import (
-    fresh,
-    raises_unstorable,
-    returns_nul,
-    workqueue_settings,
-)
-from tests.waiting import wait_until
+from tests.support.database import fresh
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import raises_unstorable, returns_nul
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

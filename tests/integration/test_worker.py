@@ -36,19 +36,16 @@ from testproject.testapp.tasks import (
     snooze_once,
     times_out,
 )
-from tests.factories import JobFactory
-from tests.integration.helpers import (
+from tests.support.database import fresh, ledger, ledger_order, parse_at
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import (
     connection_state,
     fails_with_backoff,
-    fresh,
     leaks_transaction,
-    ledger,
-    ledger_order,
-    parse_at,
     reports_twice,
-    workqueue_settings,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
