@@ -1,15 +1,20 @@
-"""``runworker`` rejects bad arguments: it exits non-zero, names the problem and runs nothing."""
+"""``runworker`` at start: it rejects bad arguments (it exits non-zero, names the problem and runs
+nothing), and waits for a database it cannot reach yet."""
 
 from __future__ import annotations
 
+import signal
+import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.states import Status
 from testproject.testapp.tasks import add
-from tests.support.processes import run_manage
+from tests.support.processes import RunworkerProcess, run_manage, wait_for, worker_environment
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -58,3 +63,25 @@ def test_valid_arguments_run_the_worker(worker_env: Callable[..., dict[str, str]
     job.refresh_from_db()
     assert (job.status, job.attempt, job.result) == (Status.SUCCEEDED, 1, 3)
     assert Job.objects.count() == 1
+
+
+@pytest.mark.postgres_only  # a server that cannot be reached; SQLite has none
+def test_runworker_waits_for_a_database_it_cannot_reach(tmp_path: Path) -> None:
+    """A database restart must not make workers crash-loop under a supervisor (systemd gives up
+    after a few quick failures): the worker logs and retries, and a SIGTERM still stops it."""
+    with socket.socket() as probe:  # bound but never listening: connections to it are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings_dict = {**connection.settings_dict, "HOST": "127.0.0.1", "PORT": port}
+    worker = RunworkerProcess("unreachable", [], worker_environment(settings_dict), tmp_path)
+    try:
+        wait_for(
+            lambda: worker.stderr.count("cannot be reached") >= 3, alive=[worker], timeout=60,
+            message="3 attempts to reach the database",
+        )  # fmt: skip
+        assert "Traceback" not in worker.stderr
+        worker.send(signal.SIGTERM)  # still stoppable while it waits, and cleanly
+        assert worker.wait(timeout=30) == 0
+        assert "stopped while waiting for the database" in worker.stdout
+    finally:
+        worker.kill()

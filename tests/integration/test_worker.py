@@ -33,6 +33,7 @@ from testproject.testapp.tasks import (
     retry_later,
     returns_object,
     send_mail,
+    sleep_for,
     snooze_once,
     times_out,
 )
@@ -414,6 +415,43 @@ def test_worker_process_row_exists_while_running_and_is_removed_after_stop(backg
 
     worker.stop()
     wait_until(lambda: not WorkerProcess.objects.filter(pk=worker.id).exists(), timeout=15)
+
+
+@pytest.mark.postgres_only  # application_name and pg_stat_activity are PostgreSQL's
+def test_every_connection_of_a_worker_carries_its_name(background_worker):
+    """Every connection a worker opens is named ``workqueue:<worker id>`` (PostgreSQL's
+    ``application_name``), its listener's too: ``pg_stat_activity`` shows which backends are
+    whose (the fault battery counts a worker's connection budget that way)."""
+    worker = background_worker(concurrency=2, poll_interval=0.05)
+    held = [sleep_for.enqueue(1.5), sleep_for.enqueue(1.5)]  # each slot opens its connection
+    wait_until(lambda: Job.objects.filter(status="running").count() == 2, timeout=20)
+    name = f"workqueue:{worker.id}"
+
+    def sessions() -> list[tuple[str, str]]:
+        """(application_name, last query) of every other session of the test database (this
+        test's own database: only this test's worker connects to it)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT application_name, query FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            )
+            return cursor.fetchall()
+
+    def queries_when_all_four_are_up() -> list[str] | None:
+        queries = [query for app, query in sessions() if app == name]
+        return queries if len(queries) == 4 else None
+
+    # The control thread, two slots and the listener: concurrency + 2, all named.
+    queries = wait_until(queries_when_all_four_are_up, timeout=20, message="4 named sessions")
+    assert sum(query.startswith("LISTEN") for query in queries) == 1
+    # No session without the name (a stopped worker of an earlier test lets go within 1 s).
+    wait_until(lambda: all(app == name for app, _ in sessions()), timeout=10)
+    for job in held:
+        wait_until(lambda job=job: fresh(job).status == "succeeded", timeout=30)
+    later = record.enqueue("after")  # later jobs reuse the slots' connections: no new ones
+    wait_until(lambda: fresh(later).status == "succeeded", timeout=30)
+    assert len([app for app, _ in sessions() if app == name]) == 4
 
 
 def test_no_connection_is_left_inside_an_atomic_block(background_worker):
