@@ -17,6 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.states import Status
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect, LedgerEntry
 from testproject.testapp.tasks import (
@@ -154,6 +155,31 @@ def test_burst_exits_when_nothing_is_ready(drain):
     assert not thread.is_alive(), "the burst worker did not exit with nothing ready"
     assert worker_box["worker"].claimed_count == 0
     assert fresh(scheduled).status == "ready"
+
+
+class StoppedMidPass(Worker):
+    """A worker whose stop request arrives during a pass, after the heartbeat and before the
+    claim: where runworker's SIGTERM handler lands when the signal comes in mid-pass (Python
+    runs it on the control thread between two statements of the pass)."""
+
+    def _heartbeat(self) -> None:
+        self.stop()
+        super()._heartbeat()
+
+
+def test_a_stop_requested_mid_pass_claims_nothing_more():
+    """After SIGTERM the worker stops claiming (as documented), also in the pass the signal
+    arrived in: a job claimed then would run within the grace, or be released past it and run
+    a second time elsewhere (a needless re-run of its side effects)."""
+    job = add.enqueue(1, 2)
+    worker = StoppedMidPass(concurrency=1, poll_interval=0.05, grace_seconds=5)
+
+    assert worker.run() == 0
+
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.lease_owner) == (Status.READY, 0, None)
+    assert worker.claimed_count == 0
+    assert Job.objects.filter(status=Status.RUNNING).count() == 0
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
