@@ -1,10 +1,13 @@
 """``runworker`` at start: it rejects bad arguments (it exits non-zero, names the problem and runs
-nothing), and waits for a database it cannot reach yet."""
+nothing), waits for a database it cannot reach yet, and stops at once on one that does not exist."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +17,14 @@ from django.db import connection
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.states import Status
 from testproject.testapp.tasks import add
-from tests.support.processes import RunworkerProcess, run_manage, wait_for, worker_environment
+from tests.support.processes import (
+    MANAGE_PY,
+    REPO_ROOT,
+    RunworkerProcess,
+    run_manage,
+    wait_for,
+    worker_environment,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -85,3 +95,25 @@ def test_runworker_waits_for_a_database_it_cannot_reach(tmp_path: Path) -> None:
         assert "stopped while waiting for the database" in worker.stdout
     finally:
         worker.kill()
+
+
+def _runworker(database_url: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    return subprocess.Popen(
+        [sys.executable, str(MANAGE_PY), "runworker"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_a_database_that_does_not_exist_stops_runworker_at_once() -> None:
+    """No wait cures a missing database or a rejected password: the worker must not wait for
+    ever (a deploy check would never see it fail)."""
+    process = _runworker("postgres://postgres@127.0.0.1:5432/wq_no_such_database")
+    try:
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode != 0
+    assert 'database "wq_no_such_database" does not exist' in stderr
+    assert "retrying" not in stderr

@@ -1,20 +1,26 @@
-"""Leases: the reaper and the driver's renew / record fences with an injected clock, and the
-heartbeat of a real worker (cancellation, lost leases, graceful stop) on SQLite and PostgreSQL.
+"""Leases: the reaper and the driver's renew / record fences with an injected clock, the lease
+keeper's renewal schedule, and the heartbeat of a real worker (cancellation, lost leases,
+graceful stop) on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from django_workqueue import operations
 from django_workqueue.db import Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
+from django_workqueue.states import Status
+from django_workqueue.worker.lease import LeaseKeeper, RunningJob
 from testproject.testapp.tasks import sleep_for, wait_for_cancel
-from tests.support.database import db_now, expire_and_reap, fresh, ledger, row_snapshot
+from tests.support.database import db_now, expire_and_reap, fresh, ledger, listening, row_snapshot
 from tests.support.factories import JobFactory
 from tests.support.settings import workqueue_settings
 from tests.support.tasks import first_attempt_results, hold_first_attempt
@@ -104,6 +110,22 @@ class TestReaper:
         assert (fresh(expired).status, fresh(alive).status) == ("ready", "running")
 
 
+@pytest.mark.postgres_only  # NOTIFY is PostgreSQL's; SQLite workers poll
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_announces_jobs_it_puts_back_in_ready():
+    """The reaper NOTIFYs the queue of every job it puts back in ready, once per queue: with
+    LISTEN/NOTIFY and a long poll interval, a reaped job would otherwise wait for some worker's
+    next poll. A job it fails (its attempts spent) wakes nobody."""
+    with listening() as listener:
+        JobFactory(expired=True, queue="mail")
+        JobFactory(expired=True, queue="mail")
+        JobFactory(expired=True, queue="reports", attempt=3, max_attempts=3)  # spent: failed
+        assert reaper.run_once() == 3
+        queues = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        queues += [n.payload for n in listener.notifies(timeout=0.5)]
+    assert queues == ["mail"]  # once per queue, and not for the job that failed
+
+
 # --- the driver's renew and record fences -------------------------------------------------
 
 
@@ -158,6 +180,50 @@ class TestFences:
         assert driver().record("owner-b", succeeded(2)) is True  # the owner can
         job = fresh(job)
         assert (job.status, job.result, job.attempt) == ("succeeded", "stale", 2)
+
+
+@pytest.mark.django_db
+def test_a_job_released_at_shutdown_keeps_its_place_in_the_queue():
+    """A release gives the attempt back and keeps the job's run_after, as the reaper does for a
+    crashed job: a deploy's SIGTERM must not send the job behind every job enqueued after it."""
+    job = JobFactory(running=True, lease_owner="w1")
+    run_after = job.run_after - dt.timedelta(minutes=5)
+    Job.objects.filter(pk=job.pk).update(run_after=run_after)
+    release = Outcome(job_id=job.pk, attempt=1, kind=OutcomeKind.RELEASE, max_attempts=3)
+
+    assert driver().record("w1", release)
+
+    job = fresh(job)
+    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
+    assert job.run_after == run_after
+    assert (job.lease_owner, job.errors) == (None, [])
+
+
+# --- the lease keeper's renewal schedule ---------------------------------------------------
+
+
+class FailingDriver:
+    """A driver whose every renewal fails as a lost connection does."""
+
+    def renew(self, owner: str, leases: Any) -> dict[int, bool]:
+        raise OperationalError("server closed the connection unexpectedly")
+
+
+def running_jobs(lease_seconds: int) -> dict[int, RunningJob]:
+    job = SimpleNamespace(lease_seconds=lease_seconds, attempt=1)
+    context = SimpleNamespace(job=job, attempt=1, finished=False, lease_lost=False)
+    return {1: RunningJob(context)}  # type: ignore[arg-type]
+
+
+def test_a_renewal_that_fails_stays_due():
+    """A failed renewal stays due, so the control loop retries it after its error backoff:
+    moved a whole interval away, one blip and one failed retry would lose every lease of three
+    intervals."""
+    keeper = LeaseKeeper(FailingDriver(), "w1")  # type: ignore[arg-type]
+    keeper.next_renewal = 0.0
+    with pytest.raises(OperationalError):
+        keeper.renew(running_jobs(lease_seconds=3))
+    assert keeper.due(0.0) and keeper.next_renewal == 0.0
 
 
 # --- a real worker's heartbeat ------------------------------------------------------------

@@ -414,6 +414,31 @@ def test_unknown_task_name_fails_after_its_attempts_and_the_worker_goes_on(drain
     ]
 
 
+@pytest.mark.postgres_only  # SQLite's JSON functions refuse rows nested past 1,000 levels
+def test_arguments_nested_past_the_parser_fail_the_job_at_once(drain):
+    """A row (written by raw SQL) nested deeper than Python's JSON parser goes fails at once with
+    MalformedArguments: a RecursionError in the slot would leave no outcome, and the job would
+    wait for the reaper on every attempt. 12,000 levels: past the parser of every supported
+    Python (3.13's goes furthest, to ~10,000), within what PostgreSQL's jsonb accepts with its
+    default stack."""
+    depth = 12_000
+    job = JobFactory(args=[], max_attempts=3)
+    table = Job._meta.db_table
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET args = %s{cast} WHERE id = %s",
+            ["[" * depth + "]" * depth, job.pk],
+        )
+    drain(concurrency=1)
+    # Not through the model: Django's JSONField cannot read those args back either.
+    row = Job.objects.values("status", "attempt", "errors").get(pk=job.pk)
+    assert (row["status"], row["attempt"]) == (Status.FAILED, 1)
+    [error] = row["errors"]
+    assert error["type"].endswith("MalformedArguments")
+    assert "nested too deeply" in error["message"]
+
+
 def test_deadline_passed_before_run_fails_without_running(drain):
     expired = record.using(deadline=timezone.now() - dt.timedelta(minutes=1)).enqueue(note="x")
     in_time = record.using(deadline=dt.timedelta(hours=1)).enqueue(note="y")

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from django_workqueue.exceptions import EnqueueError, PayloadNotJSON, PayloadTooLarge
-from django_workqueue.payload import check_size, encode, find_non_json
+from django_workqueue.payload import check_size, describe, encode, find_non_json
 
 
 @pytest.mark.parametrize(
@@ -198,3 +198,12 @@ def test_a_payload_nested_too_deeply_is_refused_with_a_clear_error():
         node = child
     with pytest.raises(PayloadNotJSON, match="nested too deeply"):
         encode(deep, "args", "t")
+
+
+def test_describe_survives_a_broken_repr():
+    class Broken:
+        def __repr__(self) -> str:
+            raise ValueError("no repr for you")
+
+    assert describe(Broken()) == "<a test_describe_survives_a_broken_repr.<locals>.Broken>"
+    assert describe(10**5000).startswith("<an integer of ")
