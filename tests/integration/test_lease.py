@@ -6,6 +6,7 @@ graceful stop) on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,12 +15,13 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from django_workqueue import operations
-from django_workqueue.db import Outcome, OutcomeKind, driver_for
+from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from django_workqueue.worker.lease import LeaseKeeper, RunningJob
-from testproject.testapp.tasks import sleep_for, wait_for_cancel
+from django_workqueue.worker.runner import Worker
+from testproject.testapp.tasks import add, sleep_for, wait_for_cancel
 from tests.support.database import db_now, expire_and_reap, fresh, ledger, listening, row_snapshot
 from tests.support.factories import JobFactory
 from tests.support.settings import workqueue_settings
@@ -180,6 +182,66 @@ class TestFences:
         assert driver().record("owner-b", succeeded(2)) is True  # the owner can
         job = fresh(job)
         assert (job.status, job.result, job.attempt) == ("succeeded", "stale", 2)
+
+
+STALLED = "worker-that-stalled"
+
+
+def reclaimed_by_the_same_worker() -> tuple[ClaimedJob, ClaimedJob]:
+    """Attempt 1 of a job, reaped while its body still ran, then claimed again as attempt 2 by
+    the same worker (the runner keeps both bodies running: see ``Worker._fill``)."""
+    job = add.enqueue(1, 2)
+    [first] = driver().claim(["default"], 1, STALLED)
+    with expire_and_reap(job):
+        pass
+    [second] = driver().claim(["default"], 1, STALLED)
+    assert (second.id, second.attempt) == (first.id, 2)
+    return first, second
+
+
+def outcome(job: ClaimedJob, kind: OutcomeKind) -> Outcome:
+    failed = kind != OutcomeKind.SUCCEEDED
+    return Outcome(
+        job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+        result_json=None if failed else f'"attempt {job.attempt}"',
+        error={"type": "ValueError", "message": "boom"} if failed else None,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("skip_locked", [True, False])
+def test_a_batch_with_two_attempts_of_one_job_reports_only_the_current_one_written(skip_locked):
+    """A stale attempt's late outcome and the current attempt's outcome of the same job can share
+    one batch of the worker's: the fence writes only the current one, and the driver reports
+    what it wrote as (job id, attempt) pairs, so the stale outcome is not reported written."""
+    stale, current = reclaimed_by_the_same_worker()
+    batch = [outcome(stale, OutcomeKind.SUCCEEDED), outcome(current, OutcomeKind.RETRY)]
+
+    recorded = driver().record_many(STALLED, batch, skip_locked=skip_locked)
+
+    assert recorded.written == {(current.id, 2)}
+    assert recorded.busy == set()
+    job = Job.objects.get(pk=current.id)
+    assert (job.status, job.attempt, job.result) == (Status.READY, 2, None)
+    assert [error["attempt"] for error in job.errors] == [1, 2]  # the reaper's, attempt 2's
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_logs_a_stale_outcome_dropped_from_a_shared_batch(caplog):
+    """The fencing promise: a stale worker's late write changes nothing and is logged, also
+    when it shares a batch with the current attempt's outcome of the same job."""
+    stale, current = reclaimed_by_the_same_worker()
+    worker = Worker(worker_id=STALLED)
+    worker.completer.hand_over(outcome(stale, OutcomeKind.SUCCEEDED))
+    worker.completer.hand_over(outcome(current, OutcomeKind.SUCCEEDED))
+
+    with caplog.at_level(logging.WARNING, logger="django_workqueue.worker"):
+        worker._flush()
+
+    dropped = [r.args for r in caplog.records if "no longer holds the lease" in r.msg]
+    assert dropped == [(stale.id, 1, OutcomeKind.SUCCEEDED)]
+    job = Job.objects.get(pk=current.id)
+    assert (job.status, job.attempt, job.result) == (Status.SUCCEEDED, 2, "attempt 2")
 
 
 @pytest.mark.django_db
