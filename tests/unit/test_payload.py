@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from django_workqueue.exceptions import EnqueueError, PayloadNotJSON, PayloadTooLarge
+from django_workqueue.exceptions import PayloadNotJSON, PayloadTooLarge
 from django_workqueue.payload import check_size, describe, encode, find_non_json
 
 
@@ -153,11 +153,6 @@ def test_encode_error_for_nan_names_the_argument():
         encode([1, float("nan")], "args", "t")
 
 
-def test_payload_not_json_is_an_enqueue_error_and_a_type_error():
-    assert issubclass(PayloadNotJSON, EnqueueError)
-    assert issubclass(PayloadNotJSON, TypeError)
-
-
 def test_check_size_passes_at_exactly_the_limit():
     check_size(1000, 1000, "args of t are", "MAX_PAYLOAD_BYTES")
 
@@ -183,10 +178,6 @@ def test_check_size_names_both_sizes_in_kib_and_bytes():
 def test_check_size_names_the_setting_it_was_given():
     with pytest.raises(PayloadTooLarge, match=r"WORKQUEUE\['MAX_RESULT_BYTES'\]"):
         check_size(11, 10, "the result of t is", "MAX_RESULT_BYTES")
-
-
-def test_payload_too_large_is_an_enqueue_error():
-    assert issubclass(PayloadTooLarge, EnqueueError)
 
 
 def test_a_payload_nested_too_deeply_is_refused_with_a_clear_error():
