@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from .processes import StartWorker, stop_started, worker_environment, worker_starter
+from tests.support.processes import StartWorker, stop_started, worker_environment, worker_starter
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import ledger_noop
-
-from .conftest import StartWorker
-from .processes import wait_for
+from tests.support.processes import StartWorker, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

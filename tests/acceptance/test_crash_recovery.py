@@ -13,12 +13,10 @@ import pytest
 
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import crash, sleep_for
-from tests.waiting import wait_until
-
-from .conftest import StartWorker
-from .processes import RunworkerProcess, wait_for
+from tests.support.database import ledger_with_pids
+from tests.support.processes import RunworkerProcess, StartWorker, wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -26,11 +24,6 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 def _finished(job: Job) -> bool:
     job.refresh_from_db()
     return job.is_finished
-
-
-def _ledger(job: Job) -> list[tuple[int, str, int]]:
-    rows = LedgerEntry.objects.filter(job_id=job.pk).order_by("id")
-    return [(row.attempt, row.note, row.pid) for row in rows]
 
 
 def test_sigkill_mid_job_recovers_on_attempt_two(start_worker: StartWorker, tmp_path: Path) -> None:
@@ -54,7 +47,7 @@ def test_sigkill_mid_job_recovers_on_attempt_two(start_worker: StartWorker, tmp_
     assert job.lease_owner is None
     assert [(e["attempt"], e["type"]) for e in job.errors] == [(1, "LeaseExpired")]
     assert a.worker_id in job.errors[0]["message"]
-    assert _ledger(job) == [
+    assert ledger_with_pids(job) == [
         (1, "started", a.pid),  # never finished: killed while sleeping
         (2, "started", b.pid),
         (2, "finished", b.pid),
@@ -91,7 +84,7 @@ def test_poison_pill_ends_failed_after_max_attempts(start_worker: StartWorker) -
     assert [(e["attempt"], e["type"]) for e in job.errors] == [
         (1, "LeaseExpired"), (2, "LeaseExpired"), (3, "LeaseExpired"),
     ]  # fmt: skip
-    assert _ledger(job) == [(n, "", process.pid) for n, process in enumerate(crashed, 1)]
+    assert ledger_with_pids(job) == [(n, "", process.pid) for n, process in enumerate(crashed, 1)]
     # The worker that reaped the last attempt is alive and healthy: nothing more to run.
     assert current.alive
     current.send(signal.SIGTERM)

@@ -11,20 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from django_workqueue.models import Job
 from django_workqueue.states import Status
-from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import add, sleep_for
-
-from .conftest import StartWorker
-from .processes import RunworkerProcess, wait_for
+from tests.support.database import ledger_with_pids
+from tests.support.processes import RunworkerProcess, StartWorker, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
-
-
-def _ledger(job: Job) -> list[tuple[int, str, int]]:
-    rows = LedgerEntry.objects.filter(job_id=job.pk).order_by("id")
-    return [(row.attempt, row.note, row.pid) for row in rows]
 
 
 def _wait_started(marker: Path, worker: RunworkerProcess) -> None:
@@ -49,7 +41,7 @@ def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(
     running.refresh_from_db()
     assert (running.status, running.attempt, running.result) == (Status.SUCCEEDED, 1, 1.5)
     assert running.errors == []
-    assert _ledger(running) == [(1, "started", worker.pid), (1, "finished", worker.pid)]
+    assert ledger_with_pids(running) == [(1, "started", worker.pid), (1, "finished", worker.pid)]
     # Had the worker claimed after SIGTERM, the quick job would have run once the slot freed.
     waiting.refresh_from_db()
     assert (waiting.status, waiting.attempt, waiting.lease_owner) == (Status.READY, 0, None)
@@ -72,7 +64,7 @@ def test_past_the_grace_period_the_job_goes_back_to_ready_uncharged(
     assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
     assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
     assert job.errors == []  # a release is not a failure
-    assert _ledger(job) == [(1, "started", worker.pid)]
+    assert ledger_with_pids(job) == [(1, "started", worker.pid)]
 
 
 def test_a_second_sigterm_exits_at_once_and_lease_expiry_recovers_the_job(
@@ -92,11 +84,15 @@ def test_a_second_sigterm_exits_at_once_and_lease_expiry_recovers_the_job(
     job.refresh_from_db()
     # Nothing was written on the way out: the job is still leased to the dead worker.
     assert (job.status, job.attempt, job.lease_owner) == (Status.RUNNING, 1, a.worker_id)
-    assert _ledger(job) == [(1, "started", a.pid)]
+    assert ledger_with_pids(job) == [(1, "started", a.pid)]
 
     b = start_worker(name="b")
     wait_for(lambda: job.refresh_from_db() or job.is_finished, alive=[b], message="recovery")
 
     assert (job.status, job.attempt, job.result) == (Status.SUCCEEDED, 2, 2.5)
     assert [(e["attempt"], e["type"]) for e in job.errors] == [(1, "LeaseExpired")]
-    assert _ledger(job) == [(1, "started", a.pid), (2, "started", b.pid), (2, "finished", b.pid)]
+    assert ledger_with_pids(job) == [
+        (1, "started", a.pid),
+        (2, "started", b.pid),
+        (2, "finished", b.pid),
+    ]

@@ -16,11 +16,10 @@ import pytest
 
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from testproject.testapp.models import Effect, LedgerEntry
+from testproject.testapp.models import Effect
 from testproject.testapp.tasks import atomic_effect, sleep_for
-
-from .conftest import StartWorker
-from .processes import RunworkerProcess, wait_for
+from tests.support.database import ledger_with_pids
+from tests.support.processes import RunworkerProcess, StartWorker, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -76,13 +75,8 @@ def test_a_stopped_worker_cannot_overwrite_the_job_it_lost(
     assert a.wait() == 0
 
     assert _row(job) == done_by_b
-    ledger = list(
-        LedgerEntry.objects.filter(job_id=job.pk)
-        .order_by("id")
-        .values_list("attempt", "note", "pid")
-    )
     # The body's own autocommit writes are at-least-once: A's late "finished" is there, last.
-    assert ledger == [
+    assert ledger_with_pids(job) == [
         (1, "started", a.pid),
         (2, "started", b.pid),
         (2, "finished", b.pid),

@@ -38,7 +38,7 @@ from django.utils import timezone
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import Effect
-from tests.acceptance.processes import RunworkerProcess, StartWorker
+from tests.support.processes import RunworkerProcess, StartWorker
 
 FULL = os.environ.get("WORKQUEUE_CHAOS", "").lower() == "full"
 TERMINAL = {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED}

@@ -38,7 +38,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.acceptance.processes import (
+from tests.support.processes import (
     StartWorker,
     run_manage,
     stop_started,

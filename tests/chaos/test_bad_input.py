@@ -54,9 +54,10 @@ from django_workqueue.models import Job
 from django_workqueue.states import TERMINAL
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import add
-from tests.acceptance.processes import run_manage, wait_for
-from tests.factories import JobFactory
-from tests.integration.helpers import fresh, workqueue_settings
+from tests.support.database import fresh
+from tests.support.factories import JobFactory
+from tests.support.processes import run_manage, wait_for
+from tests.support.settings import workqueue_settings
 
 pytestmark = [pytest.mark.chaos]
 

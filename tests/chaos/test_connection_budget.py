@@ -33,7 +33,7 @@ import pytest
 from django.db import connection
 
 from testproject.testapp.tasks import chaos_atomic, chaos_work
-from tests.acceptance.processes import RunworkerProcess, wait_for
+from tests.support.processes import RunworkerProcess, wait_for
 
 from .harness import Ledger, check_invariants, record, size, wait_all_terminal
 from .pgcluster import PostgresCluster, StartWorker

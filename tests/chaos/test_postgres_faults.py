@@ -43,7 +43,7 @@ from django.db.models import Min
 
 from django_workqueue.models import Job
 from testproject.testapp.tasks import chaos_atomic, chaos_work
-from tests.acceptance.processes import wait_for
+from tests.support.processes import wait_for
 
 from .harness import Ledger, StartWorker, Supervisor, check_invariants, record, size
 from .pgcluster import PostgresCluster

@@ -45,7 +45,7 @@ from django.db import connection
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.states import Status
 from testproject.testapp.tasks import chaos_atomic, chaos_work
-from tests.acceptance.processes import RunworkerProcess, wait_for
+from tests.support.processes import RunworkerProcess, wait_for
 
 from .harness import (
     Ledger,

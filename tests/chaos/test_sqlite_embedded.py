@@ -43,8 +43,8 @@ from django.db import connection
 from django_workqueue.models import Job
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import chaos_atomic, chaos_work
-from tests.acceptance.processes import REPO_ROOT
-from tests.waiting import wait_until
+from tests.support.processes import REPO_ROOT
+from tests.support.waiting import wait_until
 
 from .harness import (
     Ledger,

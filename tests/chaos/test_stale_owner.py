@@ -44,7 +44,7 @@ from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import chaos_atomic, chaos_work
-from tests.acceptance.processes import RunworkerProcess, wait_for
+from tests.support.processes import RunworkerProcess, wait_for
 
 from .harness import Ledger, StartWorker, check_invariants, record, size
 

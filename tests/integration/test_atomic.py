@@ -1,7 +1,8 @@
 """``atomic=True`` tasks: the body's writes commit iff this worker records the job as succeeded.
 
 The fencing tests drive one attempt by hand: claim with the driver as a known owner, take the
-lease away as another worker or the reaper would, then run the job (``execution.run``) as the stale worker.
+lease away as another worker or the reaper would, then run the job (``execution.run``) as the
+stale worker.
 """
 
 from __future__ import annotations
@@ -18,14 +19,9 @@ from django_workqueue.models import Job
 from django_workqueue.worker.execution import run
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import add, atomic_effect
-from tests.integration.helpers import (
-    Gate,
-    atomic_gated_effect,
-    fresh,
-    gates,
-    row_snapshot,
-    workqueue_settings,
-)
+from tests.support.database import fresh, row_snapshot
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import Gate, atomic_gated_effect, gates
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,6 +18,7 @@ from django_workqueue.checks import (
     check_settings,
     check_task_imports,
 )
+from tests.support.settings import workqueue_settings as workqueue
 
 WAL = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000"
 GOOD_SQLITE = {
@@ -28,11 +29,6 @@ GOOD_SQLITE = {
 
 # These tests add aliases to DATABASES that are only read by the checks, never connected to.
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
-
-
-def workqueue(**values):
-    """override_settings for WORKQUEUE: the test project's settings plus ``values``."""
-    return override_settings(WORKQUEUE={**settings.WORKQUEUE, **values})
 
 
 def with_jobs_database(alias, entry):

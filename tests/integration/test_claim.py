@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from django_workqueue.db import driver_for
 from django_workqueue.models import Job
-from tests.factories import JobFactory
-from tests.integration.helpers import db_now, fresh
+from tests.support.database import db_now, fresh
+from tests.support.factories import JobFactory
 
 OWNER = "owner-x"
 
@@ -249,3 +249,53 @@ def test_sqlite_claim_uses_the_claim_index(vendor):
 
     assert "wq_job_claim" in plan, plan
     assert f"SCAN {Job._meta.db_table}\n" not in plan + "\n", plan
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+def test_sqlite_claim_updates_its_rows_by_primary_key(vendor, analyzed):
+    """The claim's UPDATE looks up the ids its subquery picked by primary key and touches no
+    index on status, with or without statistics: through the index on status
+    (wq_job_status_finished) it would visit every ready row while it holds SQLite's one write
+    lock, ~100 ms per million ready jobs, and every other writer, web requests too, would wait."""
+    if vendor != "sqlite":
+        pytest.skip("SQLite's planner; the PostgreSQL claim's plan is asserted above")
+    seed_ready_jobs(2000)
+    if analyzed:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+
+    for queues in (["default"], ["default", "mail"]):
+        plan = explain_claim(queues, "EXPLAIN QUERY PLAN").splitlines()
+        assert not [line for line in plan if "(status=?)" in line], plan
+        assert "wq_job_status_finished" not in " ".join(plan), plan
+        assert [line for line in plan if "INTEGER PRIMARY KEY (rowid=?)" in line], plan
+        assert [line for line in plan if "wq_job_claim" in line], plan
+
+
+@pytest.mark.django_db
+def test_sqlite_claims_across_queues_walk_each_queue_in_index_order_without_sorting_it(vendor):
+    if vendor != "sqlite":
+        pytest.skip("SQLite's EXPLAIN QUERY PLAN; the PostgreSQL claim is one LATERAL per queue")
+    seed_ready_jobs(2000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+    plan = explain_claim(["default", "mail"], "EXPLAIN QUERY PLAN")
+
+    # Each queue's branch reads wq_job_claim in its order and stops at the limit: only the
+    # few rows the branches return are sorted, never the backlog.
+    searches = [line for line in plan.splitlines() if "wq_job_claim (queue=?" in line]
+    assert len(searches) == 2, plan
+    assert "USE TEMP B-TREE FOR ORDER BY" not in "\n".join(
+        line for line in plan.splitlines() if "wq_job_claim" in line
+    ), plan
+
+
+@pytest.mark.django_db
+def test_a_multi_queue_claim_takes_the_best_jobs_of_all_queues_in_order():
+    now = timezone.now()
+    for queue, priority in [("mail", 5), ("default", 1), ("reports", 9), ("default", 7)]:
+        JobFactory(queue=queue, priority=priority, run_after=now - dt.timedelta(seconds=1))
+    claimed = claim(queues=["default", "mail", "reports"], limit=3)
+    assert [(c.queue, c.priority) for c in claimed] == [("reports", 9), ("default", 7), ("mail", 5)]

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
 from django_workqueue.models import Job
-from tests.factories import JobFactory
-from tests.integration.helpers import db_now, row_snapshot
+from tests.support.factories import JobFactory
+from tests.support.database import db_now, row_snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

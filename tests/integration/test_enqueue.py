@@ -17,7 +17,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_workqueue import registry
+from django_workqueue import registry, wakeup
 from django_workqueue.exceptions import (
     EnqueueError,
     InvalidOption,
@@ -30,8 +30,8 @@ from django_workqueue.exceptions import (
 )
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from django_workqueue import wakeup
 from testproject.testapp.tasks import add, send_mail
+from tests.support.database import db_now, listening
 
 ADD = "testproject.testapp.tasks.add"
 INSERT = re.compile(r"\bINSERT\s+INTO\b", re.IGNORECASE)
@@ -60,10 +60,6 @@ def in_other_thread(fn: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def db_now() -> dt.datetime:
-    return Job.objects.annotate(db_now=Now()).values_list("db_now", flat=True)[:1].get()
 
 
 # --- what enqueue stores ------------------------------------------------------------------------
@@ -561,17 +557,8 @@ def test_max_attempts_and_status_are_untouched_by_a_duplicate():
 @pytest.fixture
 def listen_connection():
     """A LISTEN on its own autocommit psycopg connection to the test database."""
-    import psycopg
-
-    from django_workqueue.db.postgresql import CHANNEL
-
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
-    listener = psycopg.connect(**params, autocommit=True)
-    listener.execute(f"LISTEN {CHANNEL}")
-    yield listener
-    listener.close()
+    with listening() as listener:
+        yield listener
 
 
 def notifications_until(listener: Any, last: str) -> list[str]:

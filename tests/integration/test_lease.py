@@ -1,32 +1,32 @@
-"""Leases: the reaper and the driver's renew / record fences with an injected clock, and the
-heartbeat of a real worker (cancellation, lost leases, graceful stop) on SQLite and PostgreSQL.
+"""Leases: the reaper and the driver's renew / record fences with an injected clock, the lease
+keeper's renewal schedule, and the heartbeat of a real worker (cancellation, lost leases,
+graceful stop) on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from django_workqueue import operations
-from django_workqueue.db import Outcome, OutcomeKind, driver_for
+from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
-from testproject.testapp.tasks import sleep_for, wait_for_cancel
-from tests.factories import JobFactory
-from tests.integration.helpers import (
-    db_now,
-    expire_and_reap,
-    first_attempt_results,
-    fresh,
-    hold_first_attempt,
-    join_slots,
-    ledger,
-    row_snapshot,
-    workqueue_settings,
-)
-from tests.waiting import wait_until
+from django_workqueue.states import Status
+from django_workqueue.worker.lease import LeaseKeeper, RunningJob
+from django_workqueue.worker.runner import Worker
+from testproject.testapp.tasks import add, sleep_for, wait_for_cancel
+from tests.support.database import db_now, expire_and_reap, fresh, ledger, listening, row_snapshot
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import first_attempt_results, hold_first_attempt
+from tests.support.waiting import join_slots, wait_until
 
 EXC = "django_workqueue.exceptions"
 LATER = dt.timedelta(minutes=10)
@@ -112,6 +112,22 @@ class TestReaper:
         assert (fresh(expired).status, fresh(alive).status) == ("ready", "running")
 
 
+@pytest.mark.postgres_only  # NOTIFY is PostgreSQL's; SQLite workers poll
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_announces_jobs_it_puts_back_in_ready():
+    """The reaper NOTIFYs the queue of every job it puts back in ready, once per queue: with
+    LISTEN/NOTIFY and a long poll interval, a reaped job would otherwise wait for some worker's
+    next poll. A job it fails (its attempts spent) wakes nobody."""
+    with listening() as listener:
+        JobFactory(expired=True, queue="mail")
+        JobFactory(expired=True, queue="mail")
+        JobFactory(expired=True, queue="reports", attempt=3, max_attempts=3)  # spent: failed
+        assert reaper.run_once() == 3
+        queues = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        queues += [n.payload for n in listener.notifies(timeout=0.5)]
+    assert queues == ["mail"]  # once per queue, and not for the job that failed
+
+
 # --- the driver's renew and record fences -------------------------------------------------
 
 
@@ -166,6 +182,110 @@ class TestFences:
         assert driver().record("owner-b", succeeded(2)) is True  # the owner can
         job = fresh(job)
         assert (job.status, job.result, job.attempt) == ("succeeded", "stale", 2)
+
+
+STALLED = "worker-that-stalled"
+
+
+def reclaimed_by_the_same_worker() -> tuple[ClaimedJob, ClaimedJob]:
+    """Attempt 1 of a job, reaped while its body still ran, then claimed again as attempt 2 by
+    the same worker (the runner keeps both bodies running: see ``Worker._fill``)."""
+    job = add.enqueue(1, 2)
+    [first] = driver().claim(["default"], 1, STALLED)
+    with expire_and_reap(job):
+        pass
+    [second] = driver().claim(["default"], 1, STALLED)
+    assert (second.id, second.attempt) == (first.id, 2)
+    return first, second
+
+
+def outcome(job: ClaimedJob, kind: OutcomeKind) -> Outcome:
+    failed = kind != OutcomeKind.SUCCEEDED
+    return Outcome(
+        job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+        result_json=None if failed else f'"attempt {job.attempt}"',
+        error={"type": "ValueError", "message": "boom"} if failed else None,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("skip_locked", [True, False])
+def test_a_batch_with_two_attempts_of_one_job_reports_only_the_current_one_written(skip_locked):
+    """A stale attempt's late outcome and the current attempt's outcome of the same job can share
+    one batch of the worker's: the fence writes only the current one, and the driver reports
+    what it wrote as (job id, attempt) pairs, so the stale outcome is not reported written."""
+    stale, current = reclaimed_by_the_same_worker()
+    batch = [outcome(stale, OutcomeKind.SUCCEEDED), outcome(current, OutcomeKind.RETRY)]
+
+    recorded = driver().record_many(STALLED, batch, skip_locked=skip_locked)
+
+    assert recorded.written == {(current.id, 2)}
+    assert recorded.busy == set()
+    job = Job.objects.get(pk=current.id)
+    assert (job.status, job.attempt, job.result) == (Status.READY, 2, None)
+    assert [error["attempt"] for error in job.errors] == [1, 2]  # the reaper's, attempt 2's
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_logs_a_stale_outcome_dropped_from_a_shared_batch(caplog):
+    """The fencing promise: a stale worker's late write changes nothing and is logged, also
+    when it shares a batch with the current attempt's outcome of the same job."""
+    stale, current = reclaimed_by_the_same_worker()
+    worker = Worker(worker_id=STALLED)
+    worker.completer.hand_over(outcome(stale, OutcomeKind.SUCCEEDED))
+    worker.completer.hand_over(outcome(current, OutcomeKind.SUCCEEDED))
+
+    with caplog.at_level(logging.WARNING, logger="django_workqueue.worker"):
+        worker._flush()
+
+    dropped = [r.args for r in caplog.records if "no longer holds the lease" in r.msg]
+    assert dropped == [(stale.id, 1, OutcomeKind.SUCCEEDED)]
+    job = Job.objects.get(pk=current.id)
+    assert (job.status, job.attempt, job.result) == (Status.SUCCEEDED, 2, "attempt 2")
+
+
+@pytest.mark.django_db
+def test_a_job_released_at_shutdown_keeps_its_place_in_the_queue():
+    """A release gives the attempt back and keeps the job's run_after, as the reaper does for a
+    crashed job: a deploy's SIGTERM must not send the job behind every job enqueued after it."""
+    job = JobFactory(running=True, lease_owner="w1")
+    run_after = job.run_after - dt.timedelta(minutes=5)
+    Job.objects.filter(pk=job.pk).update(run_after=run_after)
+    release = Outcome(job_id=job.pk, attempt=1, kind=OutcomeKind.RELEASE, max_attempts=3)
+
+    assert driver().record("w1", release)
+
+    job = fresh(job)
+    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
+    assert job.run_after == run_after
+    assert (job.lease_owner, job.errors) == (None, [])
+
+
+# --- the lease keeper's renewal schedule ---------------------------------------------------
+
+
+class FailingDriver:
+    """A driver whose every renewal fails as a lost connection does."""
+
+    def renew(self, owner: str, leases: Any) -> dict[int, bool]:
+        raise OperationalError("server closed the connection unexpectedly")
+
+
+def running_jobs(lease_seconds: int) -> dict[int, RunningJob]:
+    job = SimpleNamespace(lease_seconds=lease_seconds, attempt=1)
+    context = SimpleNamespace(job=job, attempt=1, finished=False, lease_lost=False)
+    return {1: RunningJob(context)}  # type: ignore[arg-type]
+
+
+def test_a_renewal_that_fails_stays_due():
+    """A failed renewal stays due, so the control loop retries it after its error backoff:
+    moved a whole interval away, one blip and one failed retry would lose every lease of three
+    intervals."""
+    keeper = LeaseKeeper(FailingDriver(), "w1")  # type: ignore[arg-type]
+    keeper.next_renewal = 0.0
+    with pytest.raises(OperationalError):
+        keeper.renew(running_jobs(lease_seconds=3))
+    assert keeper.due(0.0) and keeper.next_renewal == 0.0
 
 
 # --- a real worker's heartbeat ------------------------------------------------------------

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from psycopg.conninfo import make_conninfo
 
 from django_workqueue import wakeup
 from django_workqueue.worker.runner import Worker
-from testproject.testapp.tasks import add, send_mail
-from tests.integration.helpers import fresh, workqueue_settings
-from tests.waiting import wait_until
+from testproject.testapp.tasks import add, record, send_mail
+from tests.support.database import fresh
+from tests.support.settings import workqueue_settings
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.postgres_only,
@@ -106,3 +108,32 @@ def test_listener_reconnects_after_its_backend_is_killed(background_worker, noti
     wait_until(lambda: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
     assert fresh(job).result == 5
     assert "default" in notifications[notifications.index(None, 1) :]
+
+
+def test_a_listener_on_its_own_dsn_carries_the_worker_name_too(background_worker, monkeypatch):
+    """A listener connected through ``LISTEN_DSN`` is named ``workqueue:<worker id>`` like the
+    worker's other connections, whatever ``application_name`` the DSN gives."""
+    monkeypatch.setattr(wakeup, "wake", lambda queues: None)  # only NOTIFY can wake it
+    db = connection.settings_dict
+    dsn = make_conninfo(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, dbname=db["NAME"],
+        user=db["USER"], password=db["PASSWORD"] or None, application_name="from-the-dsn",
+    )  # fmt: skip
+    with workqueue_settings(LISTEN_DSN=dsn):
+        worker = background_worker(concurrency=1, poll_interval=POLL_INTERVAL)
+
+    def listener_names() -> list[str]:
+        """application_name of every LISTEN backend (a listener of an earlier test's worker may
+        still be closing: only this worker's must carry this worker's name)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    name = f"workqueue:{worker.id}"
+    wait_until(lambda: name in listener_names(), timeout=20, message=f"a listener named {name}")
+    assert "from-the-dsn" not in listener_names()
+    job = record.enqueue("woken")  # polling every 30 s: NOTIFY wakes it through that listener
+    wait_until(lambda: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)

@@ -13,18 +13,14 @@ from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import add, record
-from tests.factories import JobFactory
+from tests.support.database import row_snapshot as snapshot
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
 ADD = "testproject.testapp.tasks.add"
 FLAKY = "testproject.testapp.tasks.flaky"  # max_attempts=4
 SEND_MAIL = "testproject.testapp.tasks.send_mail"  # the default max_attempts, 3
-
-
-def snapshot(job: Job) -> dict:
-    """Every column of the job as stored now."""
-    return Job.objects.filter(pk=job.pk).values().get()
 
 
 def is_due(job: Job) -> bool:
@@ -273,8 +269,46 @@ def test_retry_a_missing_job_raises_does_not_exist():
 def test_a_retried_scheduled_job_runs_when_drained(drain):
     job = add.using(delay=3600).enqueue(20, 22)
     drain()
-    assert Job.objects.get(pk=job.pk).status == Status.READY  # not due: the drain left it
+    assert Job.objects.get(pk=job.pk).status == Status.SCHEDULED  # not due: the drain left it
     operations.retry_job(job)
     drain()
     job.refresh_from_db()
     assert (job.status, job.result, job.attempt) == (Status.SUCCEEDED, 42, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redrive_clears_a_passed_deadline_so_the_job_really_runs(drain):
+    job = add.using(deadline=dt.timedelta(seconds=60)).enqueue(1, 2)
+    Job.objects.filter(pk=job.pk).update(deadline=timezone.now() - dt.timedelta(seconds=1))
+    drain()
+    job.refresh_from_db()
+    assert (job.status, job.errors[0]["type"]) == (
+        "failed",
+        "django_workqueue.exceptions.DeadlineExceeded",
+    )
+
+    assert operations.redrive([job]).action == "redriven"
+    drain()
+
+    job.refresh_from_db()
+    assert (job.status, job.result, job.deadline) == ("succeeded", 3, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redrive_keeps_a_deadline_still_ahead():
+    ahead = timezone.now() + dt.timedelta(hours=1)
+    job = JobFactory(failed=True, deadline=ahead)
+    operations.redrive([job])
+    job.refresh_from_db()
+    assert (job.status, job.deadline) == ("ready", ahead)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_of_a_scheduled_job_past_its_deadline_clears_it_and_makes_it_due():
+    job = JobFactory(
+        status="scheduled", run_after=timezone.now() + dt.timedelta(hours=1),
+        deadline=timezone.now() - dt.timedelta(seconds=1),
+    )  # fmt: skip
+    assert operations.retry_job(job).action == "retried"
+    job.refresh_from_db()
+    assert (job.status, job.deadline) == ("ready", None)

@@ -16,7 +16,7 @@ from django.test import override_settings
 from django_workqueue import Task, apps, registry, task
 from django_workqueue.checks import check_task_imports
 from django_workqueue.exceptions import InvalidOption, TaskNotRegistered
-from django_workqueue.registry import EnqueueOptions
+from django_workqueue.registry import MAX_ATTEMPTS, EnqueueOptions
 from testproject.testapp import tasks as testapp_tasks
 
 
@@ -198,6 +198,12 @@ def test_atomic_sync_task_is_accepted():
     [
         ({"max_attempts": 0}, "max_attempts must be from 1 to 1,000,000, got 0"),
         ({"max_attempts": -2}, "max_attempts must be from 1 to 1,000,000, got -2"),
+        # Snoozes, releases and redrives add to max_attempts: a budget near PostgreSQL's integer
+        # limit would make those writes fail (a snoozed job would be dead-lettered).
+        (
+            {"max_attempts": MAX_ATTEMPTS + 1},
+            "max_attempts must be from 1 to 1,000,000, got 1000001",
+        ),
         ({"lease_seconds": 0}, "lease_seconds must be at least 1"),
         ({"timeout": 0}, "timeout must be a positive number of seconds"),
         ({"timeout": -1.5}, "timeout must be a positive number of seconds"),

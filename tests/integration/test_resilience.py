@@ -1,29 +1,29 @@
 """One bad value, one locked row or one dropped connection must not stall a worker.
 
-Regression tests for failures a review of the engine constructed: text the database cannot
-store (NUL, lone surrogates) in a result, an error or a progress message; a row another
-session keeps locked; connections dropped by a database restart; unique keys when redriving.
+Text the database cannot store (NUL, lone surrogates) is refused at enqueue, and in a result, an
+error or a progress message it fails that job alone; a row another session keeps locked delays
+no other job's heartbeat; a lost connection is retried at the backoff pace, and connections
+dropped by a database restart cost the next jobs nothing; a redrive leaves alone a job whose
+unique key is held.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 
 from django_workqueue import operations
 from django_workqueue.exceptions import PayloadNotJSON
 from django_workqueue.models import Job
 from testproject.testapp.tasks import add, record, sleep_for
-from tests.factories import JobFactory
-from tests.integration.helpers import (
-    fresh,
-    raises_unstorable,
-    returns_nul,
-    workqueue_settings,
-)
-from tests.waiting import wait_until
+from tests.support.database import fresh
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import raises_unstorable, returns_nul
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,3 +120,33 @@ def test_dropped_connections_do_not_charge_the_next_jobs(background_worker):
     wait_until(lambda: all(fresh(job).status != "ready" for job in jobs), timeout=30)
     wait_until(lambda: all(fresh(job).status == "succeeded" for job in jobs), timeout=30)
     assert worker.finished_count >= 10
+
+
+def test_a_lost_connection_is_retried_at_the_backoff_pace(background_worker):
+    """While the database refuses connections, the worker retries at its backoff (doubling,
+    capped at the renewal interval), also once a lease renewal is due; retrying every pass
+    would make some 20 connection attempts per second against a database that is down, while
+    the log says "retrying in 5.0s". Vendor-neutral, so it runs on both databases."""
+    worker = background_worker(concurrency=1, poll_interval=0.05)
+    job = sleep_for.enqueue(2.5)  # a 2 s lease: a renewal is due every 0.67 s while it runs
+    wait_until(lambda: fresh(job).status == "running", timeout=20)
+    attempts: list[float] = []
+    refusing = True
+    ensure_session = worker._ensure_session
+
+    def refused() -> None:  # what a stopped or refusing server answers
+        if refusing:
+            attempts.append(time.monotonic())
+            raise OperationalError("connection failed: Connection refused")
+        ensure_session()
+
+    worker._ensure_session = refused
+    try:
+        wait_until(lambda: len(attempts) >= 8, timeout=30, message="8 attempts to reconnect")
+    finally:
+        refusing = False
+    # The backoff doubles from 0.1 s, capped by the renewal interval (0.67 s here): the eighth
+    # attempt comes 0.1 + 0.2 + 0.4 + 4 x 0.67 = 3.4 s after the first; retries 50 ms apart
+    # once a renewal is due would bring it 0.8 s after.
+    assert attempts[7] - attempts[0] >= 2.5, [round(t - attempts[0], 2) for t in attempts]
+    wait_until(lambda: fresh(job).status == "succeeded", timeout=30)

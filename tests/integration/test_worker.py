@@ -17,6 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.states import Status
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect, LedgerEntry
 from testproject.testapp.tasks import (
@@ -33,22 +34,20 @@ from testproject.testapp.tasks import (
     retry_later,
     returns_object,
     send_mail,
+    sleep_for,
     snooze_once,
     times_out,
 )
-from tests.factories import JobFactory
-from tests.integration.helpers import (
+from tests.support.database import fresh, ledger, ledger_order, parse_at
+from tests.support.factories import JobFactory
+from tests.support.settings import workqueue_settings
+from tests.support.tasks import (
     connection_state,
     fails_with_backoff,
-    fresh,
     leaks_transaction,
-    ledger,
-    ledger_order,
-    parse_at,
     reports_twice,
-    workqueue_settings,
 )
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -156,6 +155,31 @@ def test_burst_exits_when_nothing_is_ready(drain):
     assert not thread.is_alive(), "the burst worker did not exit with nothing ready"
     assert worker_box["worker"].claimed_count == 0
     assert fresh(scheduled).status == "scheduled"
+
+
+class StoppedMidPass(Worker):
+    """A worker whose stop request arrives during a pass, after the heartbeat and before the
+    claim: where runworker's SIGTERM handler lands when the signal comes in mid-pass (Python
+    runs it on the control thread between two statements of the pass)."""
+
+    def _heartbeat(self) -> None:
+        self.stop()
+        super()._heartbeat()
+
+
+def test_a_stop_requested_mid_pass_claims_nothing_more():
+    """After SIGTERM the worker stops claiming (as documented), also in the pass the signal
+    arrived in: a job claimed then would run within the grace, or be released past it and run
+    a second time elsewhere (a needless re-run of its side effects)."""
+    job = add.enqueue(1, 2)
+    worker = StoppedMidPass(concurrency=1, poll_interval=0.05, grace_seconds=5)
+
+    assert worker.run() == 0
+
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.lease_owner) == (Status.READY, 0, None)
+    assert worker.claimed_count == 0
+    assert Job.objects.filter(status=Status.RUNNING).count() == 0
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
@@ -390,6 +414,31 @@ def test_unknown_task_name_fails_after_its_attempts_and_the_worker_goes_on(drain
     ]
 
 
+@pytest.mark.postgres_only  # SQLite's JSON functions refuse rows nested past 1,000 levels
+def test_arguments_nested_past_the_parser_fail_the_job_at_once(drain):
+    """A row (written by raw SQL) nested deeper than Python's JSON parser goes fails at once with
+    MalformedArguments: a RecursionError in the slot would leave no outcome, and the job would
+    wait for the reaper on every attempt. 12,000 levels: past the parser of every supported
+    Python (3.13's goes furthest, to ~10,000), within what PostgreSQL's jsonb accepts with its
+    default stack."""
+    depth = 12_000
+    job = JobFactory(args=[], max_attempts=3)
+    table = Job._meta.db_table
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET args = %s{cast} WHERE id = %s",
+            ["[" * depth + "]" * depth, job.pk],
+        )
+    drain(concurrency=1)
+    # Not through the model: Django's JSONField cannot read those args back either.
+    row = Job.objects.values("status", "attempt", "errors").get(pk=job.pk)
+    assert (row["status"], row["attempt"]) == (Status.FAILED, 1)
+    [error] = row["errors"]
+    assert error["type"].endswith("MalformedArguments")
+    assert "nested too deeply" in error["message"]
+
+
 def test_deadline_passed_before_run_fails_without_running(drain):
     expired = record.using(deadline=timezone.now() - dt.timedelta(minutes=1)).enqueue(note="x")
     in_time = record.using(deadline=dt.timedelta(hours=1)).enqueue(note="y")
@@ -417,6 +466,43 @@ def test_worker_process_row_exists_while_running_and_is_removed_after_stop(backg
 
     worker.stop()
     wait_until(lambda: not WorkerProcess.objects.filter(pk=worker.id).exists(), timeout=15)
+
+
+@pytest.mark.postgres_only  # application_name and pg_stat_activity are PostgreSQL's
+def test_every_connection_of_a_worker_carries_its_name(background_worker):
+    """Every connection a worker opens is named ``workqueue:<worker id>`` (PostgreSQL's
+    ``application_name``), its listener's too: ``pg_stat_activity`` shows which backends are
+    whose (the fault battery counts a worker's connection budget that way)."""
+    worker = background_worker(concurrency=2, poll_interval=0.05)
+    held = [sleep_for.enqueue(1.5), sleep_for.enqueue(1.5)]  # each slot opens its connection
+    wait_until(lambda: Job.objects.filter(status="running").count() == 2, timeout=20)
+    name = f"workqueue:{worker.id}"
+
+    def sessions() -> list[tuple[str, str]]:
+        """(application_name, last query) of every other session of the test database (this
+        test's own database: only this test's worker connects to it)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT application_name, query FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            )
+            return cursor.fetchall()
+
+    def queries_when_all_four_are_up() -> list[str] | None:
+        queries = [query for app, query in sessions() if app == name]
+        return queries if len(queries) == 4 else None
+
+    # The control thread, two slots and the listener: concurrency + 2, all named.
+    queries = wait_until(queries_when_all_four_are_up, timeout=20, message="4 named sessions")
+    assert sum(query.startswith("LISTEN") for query in queries) == 1
+    # No session without the name (a stopped worker of an earlier test lets go within 1 s).
+    wait_until(lambda: all(app == name for app, _ in sessions()), timeout=10)
+    for job in held:
+        wait_until(lambda job=job: fresh(job).status == "succeeded", timeout=30)
+    later = record.enqueue("after")  # later jobs reuse the slots' connections: no new ones
+    wait_until(lambda: fresh(later).status == "succeeded", timeout=30)
+    assert len([app for app, _ in sessions() if app == name]) == 4
 
 
 def test_no_connection_is_left_inside_an_atomic_block(background_worker):

@@ -1,4 +1,4 @@
-"""Real ``manage.py runworker`` subprocesses for the acceptance tests.
+"""Real ``manage.py runworker`` subprocesses, for the acceptance tests and the fault battery.
 
 A ``RunworkerProcess`` is one worker started with the test interpreter from the repository root,
 connected to the very database pytest-django created for the session (see ``database_url``);
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
