@@ -1,0 +1,81 @@
+"""Graceful shutdown: past the grace period jobs go back to ready, and a body that returns just
+as its job is released still has its outcome written (the job does not run again)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from django_workqueue import task
+from django_workqueue.context import AbortReason
+from django_workqueue.db import OutcomeKind
+from django_workqueue.worker.runner import Worker
+from testproject.testapp.models import LedgerEntry
+from tests.support.database import fresh
+from tests.support.waiting import join_slots, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Per job id: the body waits on it, and records the abort reason it saw when it was set.
+holds: dict[int, threading.Event] = {}
+seen_reasons: dict[int, str | None] = {}
+
+
+@task(max_attempts=3)
+def held_until_released(context: Any) -> str:
+    LedgerEntry.objects.create(job_id=context.job_id, attempt=context.attempt, pid=0, note="ran")
+    hold = holds.get(context.job_id)
+    if hold is not None:
+        hold.wait(20)
+    seen_reasons[context.job_id] = context.abort_reason
+    return "done"
+
+
+def test_a_body_that_returns_while_its_release_is_written_is_recorded_not_run_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = held_until_released.enqueue()
+    holds[job.pk] = threading.Event()
+    worker = Worker(concurrency=1, poll_interval=0.05, grace_seconds=0.1)
+    record_many = worker.driver.record_many
+
+    def release_as_the_body_returns(owner: str, outcomes: Any, **kwargs: Any) -> Any:
+        if any(o.kind == OutcomeKind.RELEASE for o in outcomes):
+            # The worker decided to release the job; now its body returns and hands over its
+            # success, before the release reaches the database.
+            holds[job.pk].set()
+            wait_until(lambda: worker.completer.pending, timeout=10, message="the hand-over")
+        return record_many(owner, outcomes, **kwargs)
+
+    monkeypatch.setattr(worker.driver, "record_many", release_as_the_body_returns)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_until(lambda: fresh(job).status == "running", timeout=20)
+    worker.stop()
+    thread.join(30)
+    join_slots(worker)
+
+    job = fresh(job)
+    assert (job.status, job.result, job.attempt) == ("succeeded", "done", 1)
+    assert job.max_attempts == 3  # the release's uncharged attempt was taken back
+    assert LedgerEntry.objects.filter(job_id=job.pk).count() == 1
+    assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
+
+
+def test_a_body_still_running_past_the_grace_period_is_released_and_told_why() -> None:
+    job = held_until_released.enqueue()
+    holds[job.pk] = threading.Event()
+    worker = Worker(concurrency=1, poll_interval=0.05, grace_seconds=0.1)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_until(lambda: fresh(job).status == "running", timeout=20)
+    worker.stop()
+    thread.join(30)
+    job = fresh(job)
+    assert (job.status, job.attempt, job.max_attempts) == ("ready", 1, 4)
+    holds[job.pk].set()
+    join_slots(worker)
+    assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
+    assert fresh(job).status == "ready"  # its late success was fenced out: it runs again
