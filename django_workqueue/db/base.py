@@ -276,10 +276,22 @@ class Driver(abc.ABC):
 
     # --- maintenance --------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
-        """Running jobs whose lease expired, oldest id first, up to ``limit``. Inside a
-        transaction the rows stay locked by it (rows other sessions hold are skipped)."""
+        """Running jobs whose lease expired, oldest id first, up to ``limit``, locked until the
+        caller's transaction ends. Rows another session holds locked are skipped (a long
+        transaction that called cancel_job must not stall every reaper); SQLite, which has no
+        row locks, holds its write lock instead (BEGIN IMMEDIATE)."""
+        rows = (
+            Job.objects.using(self.alias)
+            .filter(status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now)
+            .order_by("id")
+            .select_for_update(skip_locked=True)
+            .values_list("id", "attempt", "max_attempts", "lease_owner", "queue")[:limit]
+        )
+        return [
+            Expired(id=pk, attempt=attempt, max_attempts=budget, owner=owner or "", queue=queue)
+            for pk, attempt, budget, owner, queue in rows
+        ]
 
     @abc.abstractmethod
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
-from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
+from .base import ClaimedJob, Driver, Inserted, NewJob, Progress, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -251,20 +251,6 @@ class PostgresDriver(Driver):
             written={(job_id, attempt) for job_id, attempt, written, _ in result if written},
             busy={job_id for job_id, _, _, settled in result if not settled},
         )
-
-    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
-        # SKIP LOCKED: a row some session holds locked (a long transaction that called
-        # cancel_job, a completion about to commit) is left for a later pass instead of
-        # stalling every worker's reaper behind it.
-        sql = (
-            f"SELECT id, attempt, max_attempts, lease_owner, queue FROM {self.table} "
-            f"WHERE status = 'running' AND lease_expires_at < {NOW} "
-            f"ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": now, "limit": limit})
-            return [Expired(id=r[0], attempt=r[1], max_attempts=r[2], owner=r[3], queue=r[4])
-                    for r in cursor.fetchall()]  # fmt: skip
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
         # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..outcomes import Outcome
-from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
+from .base import ClaimedJob, Driver, Inserted, NewJob, Progress, Recorded
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
@@ -189,18 +189,6 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
             written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
         return Recorded(written=written, busy=set())
-
-    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
-        # No row locks: inside the caller's transaction (BEGIN IMMEDIATE) the write lock keeps
-        # the rows as read until the reaper's write.
-        sql = (
-            f"SELECT id, attempt, max_attempts, lease_owner, queue FROM {self.table} "
-            f"WHERE status = 'running' AND lease_expires_at < {NOW} ORDER BY id LIMIT :limit"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self._now_param(now), "limit": limit})
-            return [Expired(id=r[0], attempt=r[1], max_attempts=r[2], owner=r[3], queue=r[4])
-                    for r in cursor.fetchall()]  # fmt: skip
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
         # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due.
