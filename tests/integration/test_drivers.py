@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
 from django_workqueue.models import Job
-from tests.support.factories import JobFactory
 from tests.support.database import db_now, row_snapshot
+from tests.support.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -302,7 +302,8 @@ def test_expired_leases_are_the_running_jobs_past_their_lease(vendor):
         expired.pk, 1, 3, OWNER, "mail",
     )  # fmt: skip
     later = timezone.now() + dt.timedelta(minutes=5)
-    assert len(driver().expired_leases(10, now=later)) == 2
+    with transaction.atomic():
+        assert len(driver().expired_leases(10, now=later)) == 2
 
 
 def test_retake_leases_a_released_job_back_only_if_nobody_claimed_it_since():
