@@ -1,11 +1,36 @@
-"""The worker's database connections: telling a lost connection from a refused statement, and
-tidying a slot's connections between jobs as Django tidies a request's."""
+"""The worker's database connections: named after the worker, told apart (a lost connection
+from a refused statement), and tidied between jobs as Django tidies a request's."""
 
 from __future__ import annotations
 
+import logging
+import threading
+from typing import Any
+
 from django.db import InterfaceError, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 
 from ..db import Driver
+
+logger = logging.getLogger("django_workqueue.worker")
+
+# The worker each thread (control, slots) serves (``serving.worker``), so that every connection
+# the thread opens to the jobs database is named after it.
+serving = threading.local()
+
+
+def _name_new_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    worker = getattr(serving, "worker", None)
+    if worker is None or connection.alias != worker.alias:
+        return
+    try:  # the connection that was just opened, which need not be the thread's own
+        worker.driver.name_session(worker.session_name, connection)
+    except Exception as exc:  # a name is for dashboards: it must never fail a connect
+        logger.debug("worker %s: could not name a session: %s", worker.id, exc)
+
+
+connection_created.connect(_name_new_connection, dispatch_uid="django_workqueue.worker.name")
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -13,8 +13,8 @@ in-process enqueue committing, or a stop request; it never sleeps longer than th
 so polling always backs up the wake-ups.
 
 Every connection the worker opens to the jobs database is named ``workqueue:<worker id>``
-(PostgreSQL's ``application_name``), so ``pg_stat_activity`` shows which backends serve which
-worker.
+(PostgreSQL's ``application_name``; see ``connections.serving``), so ``pg_stat_activity`` shows
+which backends serve which worker.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import uuid
 from collections.abc import Sequence
 
 from django.db import connections
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.signals import connection_created
 
 from .. import wakeup
 from ..conf import workqueue_settings as conf
@@ -40,7 +38,12 @@ from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
 from .completer import Completer
-from .connections import close_unusable_connections, is_connection_error, tidy_connections
+from .connections import (
+    close_unusable_connections,
+    is_connection_error,
+    serving,
+    tidy_connections,
+)
 from .execution import run
 from .lease import LeaseKeeper, RunningJob
 from .registration import Registration
@@ -48,22 +51,6 @@ from .registration import Registration
 logger = logging.getLogger("django_workqueue.worker")
 
 _MAX_ERROR_BACKOFF = 5.0
-
-# The worker each of its threads (control, slots) serves, so their new connections get its name.
-_serving = threading.local()
-
-
-def _name_new_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
-    worker = getattr(_serving, "worker", None)
-    if worker is None or connection.alias != worker.alias:
-        return
-    try:  # the connection that was just opened, which need not be the thread's own
-        worker.driver.name_session(worker.session_name, connection)
-    except Exception as exc:  # a name is for dashboards: it must never fail a connect
-        logger.debug("worker %s: could not name a session: %s", worker.id, exc)
-
-
-connection_created.connect(_name_new_connection, dispatch_uid="django_workqueue.worker.name")
 
 
 class Worker:
@@ -123,8 +110,8 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``/``max_jobs``, until done); return an exit code."""
-        serving = getattr(_serving, "worker", None)
-        _serving.worker = self  # this thread is the control thread: its connections are ours
+        outer = getattr(serving, "worker", None)
+        serving.worker = self  # this thread is the control thread: its connections are ours
         try:
             self._start()
             try:
@@ -143,7 +130,7 @@ class Worker:
             finally:
                 shutdown.drain_and_stop(self)
         finally:
-            _serving.worker = serving
+            serving.worker = outer
         return 0
 
     def stop(self) -> None:
@@ -369,7 +356,7 @@ class Worker:
     # --- slots ----------------------------------------------------------------------------
 
     def _slot(self) -> None:
-        _serving.worker = self
+        serving.worker = self
         generation = self._db_generation
         while True:
             handed = self._inbox.get()
