@@ -331,8 +331,10 @@ class Worker:
     def _sleep_for(self) -> float:
         if self._error_backoff:
             return self._error_backoff
-        until_renewal = self.leases.next_renewal - time.monotonic()
-        return max(0.0, min(self.poll_interval, until_renewal))
+        # Never past the next renewal or the next maintenance run: with a long poll interval
+        # (NOTIFY does the waking) scheduled jobs must still be promoted on time.
+        due = min(self.leases.next_renewal, self.promoter.next_run, self.reaper.next_run)
+        return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
     def _on_ready(self, queue: str | None) -> None:
         """A NOTIFY: ``queue`` has new ready jobs (None: the listener reconnected, poll)."""

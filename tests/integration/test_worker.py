@@ -27,6 +27,7 @@ from testproject.testapp.tasks import (
     sleep_for,
 )
 from tests.support.database import fresh, ledger_order
+from tests.support.settings import workqueue_settings
 from tests.support.tasks import (
     connection_state,
     leaks_transaction,
@@ -262,3 +263,14 @@ def test_a_slot_recovers_after_a_task_leaks_an_open_transaction(drain):
         probe = fresh(probe)
         assert probe.status == "succeeded", probe.errors
         assert probe.result["in_atomic_block"] is False
+
+
+def test_a_delayed_job_starts_on_time_even_with_a_long_poll_interval(background_worker):
+    # The worker sleeps up to its poll interval between passes; the promoter's interval bounds
+    # that sleep, so a job scheduled for later becomes ready and runs within about
+    # PROMOTE_INTERVAL of its time, not at the next poll a minute later.
+    with workqueue_settings(PROMOTE_INTERVAL=0.2):
+        background_worker(concurrency=1, poll_interval=60.0)
+        job = add.using(delay=0.5).enqueue(2, 3)
+        assert fresh(job).status == "scheduled"
+        wait_until(lambda: fresh(job).status == "succeeded", timeout=10, message="the delayed job")
