@@ -269,8 +269,8 @@ def test_a_delayed_job_starts_on_time_even_with_a_long_poll_interval(background_
     # The worker sleeps up to its poll interval between passes; the promoter's interval bounds
     # that sleep, so a job scheduled for later becomes ready and runs within about
     # PROMOTE_INTERVAL of its time, not at the next poll a minute later.
-    with workqueue_settings(PROMOTE_INTERVAL=0.2):
+    with workqueue_settings(PROMOTE_INTERVAL=0.2, HEARTBEAT_INTERVAL=30.0):
         background_worker(concurrency=1, poll_interval=60.0)
         job = add.using(delay=0.5).enqueue(2, 3)
         assert fresh(job).status == "scheduled"
-        wait_until(lambda: fresh(job).status == "succeeded", timeout=10, message="the delayed job")
+        wait_until(lambda: fresh(job).status == "succeeded", timeout=5, message="the delayed job")
