@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import InvalidOption, TaskNotRegistered
+from .exceptions import InvalidArguments, InvalidOption, TaskNotRegistered
+from .payload import describe
 
 if TYPE_CHECKING:
     from .models import Job
@@ -49,6 +51,56 @@ class TaskSpec:
     on_failure: FailureClassifier | None
     takes_context: bool
     is_async: bool
+    signature: inspect.Signature
+    """The parameters a job's arguments fill: the function's, without a leading ``context``
+    (the worker passes that one). Made once per task, as enqueue binds every call to it."""
+    positional_arity: tuple[int, int] | None
+    """(fewest, most) positional arguments a call without keywords may pass, or None when a
+    keyword-only parameter is required: enqueue's shortcut past ``signature.bind``."""
+
+    def check_arguments(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], item: int | None = None
+    ) -> None:
+        """Raise ``InvalidArguments`` unless the arguments fit the function's parameters.
+        ``item`` is the index of the call in ``enqueue_many``."""
+        arity = self.positional_arity
+        if arity is not None and not kwargs and arity[0] <= len(args) <= arity[1]:
+            return  # what nearly every call looks like, at a tenth of bind()'s cost
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            call = _render_call(args, kwargs)
+            short = self.func.__name__
+            where = (
+                f"{self.name}.enqueue({call})"
+                if item is None
+                else f"{self.name}.enqueue_many(): item {item}, {short}({call})"
+            )
+            passed = " after the context, which the worker passes" if self.takes_context else ""
+            raise InvalidArguments(
+                f"{where}: {exc}; the task's parameters are {short}{self.signature}{passed}"
+            ) from None
+
+
+def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
+    fewest = most = 0
+    for parameter in signature.parameters.values():
+        if parameter.kind == parameter.VAR_POSITIONAL:
+            most = sys.maxsize
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            most += 1
+            fewest += parameter.default is parameter.empty
+        elif parameter.kind == parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return None
+    return fewest, most
+
+
+def _render_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The arguments as they would be written in a call, each shortened."""
+    parts = [describe(value, 30) for value in args]
+    parts += [f"{key}={describe(value, 30)}" for key, value in kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= 120 else f"{text[:115]}, …"
 
 
 _registry: dict[str, Task] = {}
@@ -132,7 +184,13 @@ def task(
     def register(fn: Callable[..., Any]) -> Task:
         from .conf import workqueue_settings as conf
 
-        params = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        takes_context = bool(params) and params[0].name == "context"
+        arguments = signature.replace(
+            parameters=params[1:] if takes_context else params,
+            return_annotation=inspect.Signature.empty,
+        )
         spec = TaskSpec(
             name=name or f"{fn.__module__}.{fn.__qualname__}",
             func=fn,
@@ -144,8 +202,10 @@ def task(
             backoff=backoff,
             atomic=atomic,
             on_failure=on_failure,
-            takes_context=bool(params) and params[0] == "context",
+            takes_context=takes_context,
             is_async=inspect.iscoroutinefunction(fn),
+            signature=arguments,
+            positional_arity=_positional_arity(arguments),
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
