@@ -8,7 +8,7 @@ from .base import ClaimedJob, Driver, Inserted, NewJob, Outcome, OutcomeKind, Re
 
 __all__ = [
     "ClaimedJob", "Driver", "Inserted", "NewJob", "Outcome", "OutcomeKind", "Recorded",
-    "driver_for",
+    "driver_class", "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
@@ -35,3 +35,17 @@ def driver_for(alias: str) -> Driver:
             )
         _drivers[alias] = driver
     return driver
+
+
+def driver_class(engine: str) -> type[Driver] | None:
+    """The driver for a ``DATABASES`` ENGINE, or None if unsupported. Read from the setting
+    alone, without loading the backend: the system checks ask before any connection."""
+    if engine.endswith(("postgresql", "postgis")):
+        from .postgresql import PostgresDriver
+
+        return PostgresDriver
+    if engine.endswith("sqlite3"):
+        from .sqlite import SQLiteDriver
+
+        return SQLiteDriver
+    return None
