@@ -11,12 +11,24 @@ import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from .exceptions import InvalidArguments, InvalidOption, TaskNotRegistered
 from .payload import describe
 
 if TYPE_CHECKING:
+    from .context import JobContext
     from .models import Job
 
 Backoff = float | Callable[[int], float] | None
@@ -103,11 +115,20 @@ def _render_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return text if len(text) <= 120 else f"{text[:115]}, …"
 
 
-_registry: dict[str, Task] = {}
+_registry: dict[str, Task[..., Any]] = {}
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
-class Task:
-    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker."""
+class Task(Generic[P, R]):
+    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker.
+
+    Typed over the function's parameters ``P`` and return type ``R``, so that type checkers
+    check ``enqueue()`` calls as they check calls of the function (annotated functions only:
+    mypy leaves a function without annotations untyped, and its task ``Any``).
+    """
 
     def __init__(self, spec: TaskSpec, options: EnqueueOptions | None = None) -> None:
         self.spec = spec
@@ -117,13 +138,13 @@ class Task:
     def name(self) -> str:
         return self.spec.name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.spec.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.spec.name}>"
 
-    def using(self, **options: Any) -> Task:
+    def using(self, **options: Any) -> Self:
         """Return this task with per-enqueue overrides.
 
         >>> add.using(delay=30, priority=5, queue="x", unique_key="k").enqueue(1, 2)
@@ -135,9 +156,9 @@ class Task:
                 f"{self.spec.name}.using() got unknown option(s) {', '.join(unknown)}; "
                 f"the options are {', '.join(sorted(fields))}"
             )
-        return Task(self.spec, dataclasses.replace(self.options, **options))
+        return type(self)(self.spec, dataclasses.replace(self.options, **options))
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store a job that runs this task with these arguments; it joins the open transaction.
 
         >>> job = add.enqueue(1, 2)
@@ -156,6 +177,53 @@ class Task:
         return enqueue_many(self, calls)
 
 
+class ContextTask(Task[P, R]):
+    """A task whose function takes a ``JobContext`` first: ``P`` are the parameters after it,
+    the ones ``enqueue`` takes (the worker passes the context). Calling it directly passes the
+    context too, as calling the function would."""
+
+    # The override narrows the call to the function's own signature; mypy flags any override
+    # of __call__ with other parameters, though every caller of a Task[P, R] gets a Task.
+    def __call__(  # type: ignore[override]
+        self, context: JobContext, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        return self.spec.func(context, *args, **kwargs)
+
+
+class _ContextFunction(Protocol[P, R_co]):
+    """A function whose first parameter is named ``context``. The parameter is not positional
+    only, so its name is part of the match: a plain ``def add(a, b)`` does not match."""
+
+    def __call__(self, context: JobContext, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+
+class _TaskOptions(TypedDict, total=False):
+    name: str | None
+    queue: str | None
+    priority: int | None
+    max_attempts: int | None
+    lease_seconds: int | None
+    timeout: float | None
+    backoff: Backoff
+    atomic: bool
+    on_failure: FailureClassifier | None
+
+
+class _TaskDecorator(Protocol):
+    """What ``task(...)`` with options only returns."""
+
+    @overload
+    def __call__(self, func: _ContextFunction[P, R], /) -> ContextTask[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(func: _ContextFunction[P, R], /, **options: Unpack[_TaskOptions]) -> ContextTask[P, R]: ...
+@overload
+def task(func: Callable[P, R], /, **options: Unpack[_TaskOptions]) -> Task[P, R]: ...
+@overload
+def task(func: None = None, /, **options: Unpack[_TaskOptions]) -> _TaskDecorator: ...
 def task(
     func: Callable[..., Any] | None = None,
     *,
@@ -181,7 +249,7 @@ def task(
     ``"retry"`` to retry (the default for any exception).
     """
 
-    def register(fn: Callable[..., Any]) -> Task:
+    def register(fn: Callable[..., Any]) -> Task[..., Any]:
         from .conf import workqueue_settings as conf
 
         signature = inspect.signature(fn)
@@ -219,7 +287,7 @@ def task(
                     f"task name {spec.name!r} is already registered by another function; "
                     f"pass name= to @task to tell them apart"
                 )
-        wrapped = Task(spec)
+        wrapped: Task[..., Any] = ContextTask(spec) if takes_context else Task(spec)
         _registry[spec.name] = wrapped
         return wrapped
 
@@ -249,7 +317,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str) -> Task[..., Any]:
     try:
         return _registry[name]
     except KeyError:
@@ -259,10 +327,10 @@ def get_task(name: str) -> Task:
         ) from None
 
 
-def find_task(name: str) -> Task | None:
+def find_task(name: str) -> Task[..., Any] | None:
     """The task registered as ``name``, or None."""
     return _registry.get(name)
 
 
-def registered_tasks() -> dict[str, Task]:
+def registered_tasks() -> dict[str, Task[..., Any]]:
     return dict(_registry)
