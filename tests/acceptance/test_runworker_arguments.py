@@ -234,3 +234,18 @@ def test_a_sqlite_file_in_a_directory_that_does_not_exist_stops_runworker_naming
         f"'manage.py migrate --database default', or correct DATABASES['default']['NAME']"
     ) in completed.stderr
     assert not path.parent.exists()  # nothing was created on the way
+
+
+def test_a_sqlite_database_path_that_is_a_directory_stops_runworker_naming_it(
+    worker_env: Callable[..., dict[str, str]], tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    path.mkdir()  # a path SQLite cannot open as a file
+
+    completed = unusable(worker_env(DATABASE_URL=f"sqlite:///{path}"))
+
+    assert (
+        f"CommandError: cannot use database 'default': database file '{path}' cannot be opened "
+        f"(unable to open database file); check that this user may read and write it and its "
+        f"directory, or correct DATABASES['default']['NAME']"
+    ) in completed.stderr
