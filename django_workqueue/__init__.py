@@ -10,6 +10,7 @@ from .context import JobContext
 from .exceptions import (
     Discard,
     EnqueueError,
+    InvalidArguments,
     JobCancelled,
     JobNotFinished,
     PayloadNotJSON,
@@ -24,6 +25,7 @@ from .registry import Task, task
 __all__ = [
     "Discard",
     "EnqueueError",
+    "InvalidArguments",
     "JobCancelled",
     "JobContext",
     "JobNotFinished",

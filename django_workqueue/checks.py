@@ -10,6 +10,7 @@ from django.core.management import get_commands
 
 from .conf import DEFAULTS
 from .conf import workqueue_settings as conf
+from .db import driver_class
 
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
@@ -116,9 +117,8 @@ def _database_messages() -> list[checks.CheckMessage]:
         ]
     db = settings.DATABASES[alias]
     engine = db.get("ENGINE", "")
-    if engine.endswith("postgresql") or engine.endswith("postgis"):
-        return []
-    if not engine.endswith("sqlite3"):
+    driver = driver_class(engine)
+    if driver is None:
         return [
             checks.Error(
                 f"django-workqueue supports PostgreSQL and SQLite; database {alias!r} uses "
@@ -127,29 +127,7 @@ def _database_messages() -> list[checks.CheckMessage]:
                 id="django_workqueue.E001",
             )
         ]
-    options = db.get("OPTIONS", {})
-    messages: list[checks.CheckMessage] = []
-    init = str(options.get("init_command", "")).replace(" ", "").lower()
-    if "journal_mode=wal" not in init:
-        messages.append(
-            checks.Warning(
-                f"SQLite database {alias!r} is not in WAL mode: workers and web requests will "
-                f"block each other and see 'database is locked'.",
-                hint='Add OPTIONS["init_command"] = "PRAGMA journal_mode=WAL; PRAGMA '
-                'synchronous=NORMAL; PRAGMA busy_timeout=5000".',
-                id="django_workqueue.W003",
-            )
-        )
-    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
-        messages.append(
-            checks.Warning(
-                f"SQLite database {alias!r} starts transactions DEFERRED: a transaction that "
-                f"reads and then writes can fail with 'database is locked' under load.",
-                hint='Add OPTIONS["transaction_mode"] = "IMMEDIATE".',
-                id="django_workqueue.W004",
-            )
-        )
-    return messages
+    return driver.check_settings(alias, db)  # vendor knowledge stays in db/
 
 
 @checks.register()
@@ -176,4 +154,24 @@ def check_task_imports(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
             id="django_workqueue.W006",
         )
         for module, error in sorted(import_errors.items())
+    ]
+
+
+@checks.register()
+def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A task whose default queue does not exist would fail at every enqueue, inside a request."""
+    from .registry import registered_tasks
+
+    queues = conf.QUEUES
+    if not isinstance(queues, list | tuple) or conf.DEFAULT_QUEUE not in queues:
+        return []  # check_settings reports that; every task would repeat it
+    return [
+        checks.Error(
+            f"Task {name} has queue {spec.queue!r}, which is not in WORKQUEUE['QUEUES'].",
+            hint=f"Add {spec.queue!r} to WORKQUEUE['QUEUES'], or give the task one of "
+            f"{', '.join(map(repr, queues))} (@task(queue=...)).",
+            id="django_workqueue.E007",
+        )
+        for name, spec in sorted((name, t.spec) for name, t in registered_tasks().items())
+        if spec.queue not in queues
     ]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Job:
     template = job_template(task)
     call = encode_call(args, kwargs, task.name)
+    task.spec.check_arguments(call.args, call.kwargs)
     return _enqueue(template, [call])[0]
 
 
@@ -59,7 +60,9 @@ def enqueue_many(task: Task, calls: Iterable[tuple[Sequence[Any], Mapping[str, A
             raise InvalidOption(
                 f"{task.name}.enqueue_many(): item {index} is not an (args, kwargs) pair"
             ) from None
-        encoded.append(encode_call(args, kwargs, f"{task.name} item {index}"))
+        checked = encode_call(args, kwargs, f"{task.name} item {index}")
+        task.spec.check_arguments(checked.args, checked.kwargs, item=index)
+        encoded.append(checked)
     return _enqueue(template, encoded) if encoded else []
 
 

@@ -73,6 +73,11 @@ class PayloadNotJSON(EnqueueError, TypeError):
     pass
 
 
+class InvalidArguments(EnqueueError, TypeError):
+    """The arguments do not fit the task function's parameters (checked at enqueue, so a call
+    that could never run is not stored to fail every attempt)."""
+
+
 class PayloadTooLarge(EnqueueError):
     pass
 

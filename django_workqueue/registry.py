@@ -8,13 +8,27 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
-from .exceptions import InvalidOption, TaskNotRegistered
+from .exceptions import InvalidArguments, InvalidOption, TaskNotRegistered
+from .payload import describe
 
 if TYPE_CHECKING:
+    from .context import JobContext
     from .models import Job
 
 Backoff = float | Callable[[int], float] | None
@@ -49,17 +63,76 @@ class TaskSpec:
     on_failure: FailureClassifier | None
     takes_context: bool
     is_async: bool
+    signature: inspect.Signature
+    """The parameters a job's arguments fill: the function's, without a leading ``context``
+    (the worker passes that one). Made once per task, as enqueue binds every call to it."""
+    positional_arity: tuple[int, int] | None
+    """(fewest, most) positional arguments a call without keywords may pass, or None when a
+    keyword-only parameter is required: enqueue's shortcut past ``signature.bind``."""
+
+    def check_arguments(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], item: int | None = None
+    ) -> None:
+        """Raise ``InvalidArguments`` unless the arguments fit the function's parameters.
+        ``item`` is the index of the call in ``enqueue_many``."""
+        arity = self.positional_arity
+        if arity is not None and not kwargs and arity[0] <= len(args) <= arity[1]:
+            return  # what nearly every call looks like, at a tenth of bind()'s cost
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            call = _render_call(args, kwargs)
+            short = self.func.__name__
+            where = (
+                f"{self.name}.enqueue({call})"
+                if item is None
+                else f"{self.name}.enqueue_many(): item {item}, {short}({call})"
+            )
+            passed = " after the context, which the worker passes" if self.takes_context else ""
+            raise InvalidArguments(
+                f"{where}: {exc}; the task's parameters are {short}{self.signature}{passed}"
+            ) from None
 
 
-_registry: dict[str, Task] = {}
+def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
+    fewest = most = 0
+    for parameter in signature.parameters.values():
+        if parameter.kind == parameter.VAR_POSITIONAL:
+            most = sys.maxsize
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            most += 1
+            fewest += parameter.default is parameter.empty
+        elif parameter.kind == parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return None
+    return fewest, most
 
 # Task modules that failed to import (module -> error): reported by a system check, by
 # runworker at start and in the error of a job whose task is missing.
 import_errors: dict[str, str] = {}
 
 
-class Task:
-    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker."""
+def _render_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The arguments as they would be written in a call, each shortened."""
+    parts = [describe(value, 30) for value in args]
+    parts += [f"{key}={describe(value, 30)}" for key, value in kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= 120 else f"{text[:115]}, …"
+
+
+_registry: dict[str, Task[..., Any]] = {}
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Task(Generic[P, R]):
+    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker.
+
+    Typed over the function's parameters ``P`` and return type ``R``, so that type checkers
+    check ``enqueue()`` calls as they check calls of the function (annotated functions only:
+    mypy leaves a function without annotations untyped, and its task ``Any``).
+    """
 
     def __init__(self, spec: TaskSpec, options: EnqueueOptions | None = None) -> None:
         self.spec = spec
@@ -69,13 +142,13 @@ class Task:
     def name(self) -> str:
         return self.spec.name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.spec.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.spec.name}>"
 
-    def using(self, **options: Any) -> Task:
+    def using(self, **options: Any) -> Self:
         """Return this task with per-enqueue overrides.
 
         >>> add.using(delay=30, priority=5, queue="x", unique_key="k").enqueue(1, 2)
@@ -87,9 +160,9 @@ class Task:
                 f"{self.spec.name}.using() got unknown option(s) {', '.join(unknown)}; "
                 f"the options are {', '.join(sorted(fields))}"
             )
-        return Task(self.spec, dataclasses.replace(self.options, **options))
+        return type(self)(self.spec, dataclasses.replace(self.options, **options))
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store a job that runs this task with these arguments; it joins the open transaction.
 
         >>> job = add.enqueue(1, 2)
@@ -108,6 +181,53 @@ class Task:
         return enqueue_many(self, calls)
 
 
+class ContextTask(Task[P, R]):
+    """A task whose function takes a ``JobContext`` first: ``P`` are the parameters after it,
+    the ones ``enqueue`` takes (the worker passes the context). Calling it directly passes the
+    context too, as calling the function would."""
+
+    # The override narrows the call to the function's own signature; mypy flags any override
+    # of __call__ with other parameters, though every caller of a Task[P, R] gets a Task.
+    def __call__(  # type: ignore[override]
+        self, context: JobContext, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        return self.spec.func(context, *args, **kwargs)
+
+
+class _ContextFunction(Protocol[P, R_co]):
+    """A function whose first parameter is named ``context``. The parameter is not positional
+    only, so its name is part of the match: a plain ``def add(a, b)`` does not match."""
+
+    def __call__(self, context: JobContext, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+
+class _TaskOptions(TypedDict, total=False):
+    name: str | None
+    queue: str | None
+    priority: int | None
+    max_attempts: int | None
+    lease_seconds: int | None
+    timeout: float | None
+    backoff: Backoff
+    atomic: bool
+    on_failure: FailureClassifier | None
+
+
+class _TaskDecorator(Protocol):
+    """What ``task(...)`` with options only returns."""
+
+    @overload
+    def __call__(self, func: _ContextFunction[P, R], /) -> ContextTask[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(func: _ContextFunction[P, R], /, **options: Unpack[_TaskOptions]) -> ContextTask[P, R]: ...
+@overload
+def task(func: Callable[P, R], /, **options: Unpack[_TaskOptions]) -> Task[P, R]: ...
+@overload
+def task(func: None = None, /, **options: Unpack[_TaskOptions]) -> _TaskDecorator: ...
 def task(
     func: Callable[..., Any] | None = None,
     *,
@@ -133,10 +253,16 @@ def task(
     ``"retry"`` to retry (the default for any exception).
     """
 
-    def register(fn: Callable[..., Any]) -> Task:
+    def register(fn: Callable[..., Any]) -> Task[..., Any]:
         from .conf import workqueue_settings as conf
 
-        params = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        takes_context = bool(params) and params[0].name == "context"
+        arguments = signature.replace(
+            parameters=params[1:] if takes_context else params,
+            return_annotation=inspect.Signature.empty,
+        )
         spec = TaskSpec(
             name=name or f"{fn.__module__}.{fn.__qualname__}",
             func=fn,
@@ -148,8 +274,10 @@ def task(
             backoff=backoff,
             atomic=atomic,
             on_failure=on_failure,
-            takes_context=bool(params) and params[0] == "context",
+            takes_context=takes_context,
             is_async=inspect.iscoroutinefunction(fn),
+            signature=arguments,
+            positional_arity=_positional_arity(arguments),
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
@@ -163,7 +291,7 @@ def task(
                     f"task name {spec.name!r} is already registered by another function; "
                     f"pass name= to @task to tell them apart"
                 )
-        wrapped = Task(spec)
+        wrapped: Task[..., Any] = ContextTask(spec) if takes_context else Task(spec)
         _registry[spec.name] = wrapped
         return wrapped
 
@@ -193,7 +321,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str) -> Task[..., Any]:
     try:
         return _registry[name]
     except KeyError:
@@ -203,10 +331,10 @@ def get_task(name: str) -> Task:
         ) from None
 
 
-def find_task(name: str) -> Task | None:
+def find_task(name: str) -> Task[..., Any] | None:
     """The task registered as ``name``, or None."""
     return _registry.get(name)
 
 
-def registered_tasks() -> dict[str, Task]:
+def registered_tasks() -> dict[str, Task[..., Any]]:
     return dict(_registry)

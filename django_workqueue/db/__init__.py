@@ -9,7 +9,7 @@ from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recor
 
 __all__ = [
     "ClaimedJob", "Driver", "Expired", "Inserted", "NewJob", "Outcome", "OutcomeKind",
-    "Progress", "Recorded", "driver_for",
+    "Progress", "Recorded", "driver_class", "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
@@ -36,3 +36,17 @@ def driver_for(alias: str) -> Driver:
             )
         _drivers[alias] = driver
     return driver
+
+
+def driver_class(engine: str) -> type[Driver] | None:
+    """The driver for a ``DATABASES`` ENGINE, or None if unsupported. Read from the setting
+    alone, without loading the backend: the system checks ask before any connection."""
+    if engine.endswith(("postgresql", "postgis")):
+        from .postgresql import PostgresDriver
+
+        return PostgresDriver
+    if engine.endswith("sqlite3"):
+        from .sqlite import SQLiteDriver
+
+        return SQLiteDriver
+    return None

@@ -11,10 +11,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, ExpressionWrapper, F
@@ -343,3 +344,19 @@ class Driver(abc.ABC):
             row.encoded() if isinstance(row, Outcome) else json.dumps(row.row()) for row in rows
         )
         return "[" + ",".join(parts) + "]"
+
+    # --- configuration: what the system checks and runworker's start-up ask of a vendor ----------
+
+    @classmethod
+    def check_settings(cls, alias: str, settings_dict: Mapping[str, Any]) -> list[CheckMessage]:
+        """System check messages about this vendor's settings of the jobs database ``alias``.
+
+        Read from ``settings_dict`` (its ``DATABASES`` entry) alone: checks run before any
+        connection, and on machines where the database cannot be reached."""
+        return []
+
+    def incurable_connection_error(self, exc: BaseException) -> str | None:
+        """What is wrong, and the fix, if ``exc`` (raised while connecting) is a refusal that no
+        wait cures: a database that does not exist, a rejected password. None when waiting may
+        help (the server is down or restarting)."""
+        return None

@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
@@ -298,6 +299,65 @@ class PostgresDriver(Driver):
         listener = Listener(conf.LISTEN_DSN, params, on_ready, on_abort, name)
         listener.start()
         return listener
+
+    # --- configuration: system checks and start-up errors ----------------------------------------
+
+    @classmethod
+    def check_settings(cls, alias: str, settings_dict: Mapping[str, Any]) -> list[CheckMessage]:
+        from django.core import checks
+
+        from ..conf import workqueue_settings as conf
+
+        if not conf.LISTEN_NOTIFY:
+            return []
+        try:  # Django also runs on psycopg2; the listener needs psycopg 3's notifies()
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            return [
+                checks.Warning(
+                    f"The jobs database {alias!r} is PostgreSQL and WORKQUEUE['LISTEN_NOTIFY'] "
+                    f"is on, but psycopg 3 cannot be imported ({type(exc).__name__}: {exc}): "
+                    f"workers cannot listen for NOTIFY and find new jobs only by polling.",
+                    hint="Install psycopg 3 (pip install 'psycopg[binary]', or "
+                    "'django-workqueue[postgres]'), or set WORKQUEUE['LISTEN_NOTIFY'] = False "
+                    "to poll on purpose.",
+                    id="django_workqueue.W008",
+                )
+            ]
+        return []
+
+    # SQLSTATE classes no wait cures: 28 (the role or password is rejected) and 3D (no such
+    # database). A connection the server refuses carries no SQLSTATE in psycopg, only the
+    # server's message: these are PostgreSQL's English texts (under another lc_messages, the
+    # worker waits, as for a database that is down).
+    _AUTH_SQLSTATE, _NO_DATABASE_SQLSTATE = "28", "3D"
+    _AUTH_MESSAGES = ("authentication failed", "no pg_hba.conf entry")
+
+    def incurable_connection_error(self, exc: BaseException) -> str | None:
+        sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
+        text = str(exc).strip()
+        reason = text.splitlines()[-1].strip() if text else type(exc).__name__
+        alias, name = self.alias, self.connection.settings_dict.get("NAME")
+        entry = f"DATABASES[{alias!r}]"
+        if sqlstate.startswith(self._NO_DATABASE_SQLSTATE) or (
+            'database "' in text and "does not exist" in text
+        ):
+            return (
+                f"database {name!r} does not exist on the server ({reason}); create it (e.g. "
+                f"createdb {name}) and run 'manage.py migrate --database {alias}', or correct "
+                f"{entry}['NAME']"
+            )
+        no_role = 'role "' in text and "does not exist" in text
+        if (
+            sqlstate.startswith(self._AUTH_SQLSTATE)
+            or no_role
+            or any(message in text for message in self._AUTH_MESSAGES)
+        ):
+            return (
+                f"the server refused the role or password for database {name!r} ({reason}); "
+                f"correct {entry}['USER'] and ['PASSWORD'], or the server's pg_hba.conf"
+            )
+        return None
 
 
 class Listener(threading.Thread):

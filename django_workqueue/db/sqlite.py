@@ -8,9 +8,11 @@ clock (SQLite has no server), read by SQLite itself as ``strftime(…, 'now')``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from django.core.checks import CheckMessage
 
 from ..outcomes import Outcome
 from .base import ClaimedJob, Driver, Inserted, NewJob, Progress, Recorded
@@ -200,6 +202,55 @@ class SQLiteDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": self._now_param(now), "limit": limit})
             return [row[0] for row in cursor.fetchall()]
+
+    # --- configuration: system checks and start-up errors ----------------------------------------
+
+    @classmethod
+    def check_settings(cls, alias: str, settings_dict: Mapping[str, Any]) -> list[CheckMessage]:
+        from django.core import checks
+
+        options = settings_dict.get("OPTIONS") or {}
+        messages: list[CheckMessage] = []
+        init = str(options.get("init_command", "")).replace(" ", "").lower()
+        if "journal_mode=wal" not in init:
+            messages.append(
+                checks.Warning(
+                    f"SQLite database {alias!r} is not in WAL mode: workers and web requests "
+                    f"will block each other and see 'database is locked'.",
+                    hint='Add OPTIONS["init_command"] = "PRAGMA journal_mode=WAL; PRAGMA '
+                    'synchronous=NORMAL; PRAGMA busy_timeout=5000".',
+                    id="django_workqueue.W003",
+                )
+            )
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            messages.append(
+                checks.Warning(
+                    f"SQLite database {alias!r} starts transactions DEFERRED: a transaction "
+                    f"that reads and then writes can fail with 'database is locked' under load.",
+                    hint='Add OPTIONS["transaction_mode"] = "IMMEDIATE".',
+                    id="django_workqueue.W004",
+                )
+            )
+        return messages
+
+    def incurable_connection_error(self, exc: BaseException) -> str | None:
+        import sqlite3
+        from pathlib import Path
+
+        if getattr(exc.__cause__, "sqlite_errorcode", None) != sqlite3.SQLITE_CANTOPEN:
+            return None
+        name = str(self.connection.settings_dict.get("NAME"))
+        where = f"correct DATABASES[{self.alias!r}]['NAME']"
+        directory = Path(name).parent
+        if not directory.is_dir():
+            return (
+                f"the directory {str(directory)!r} of database file {name!r} does not exist; "
+                f"create it and run 'manage.py migrate --database {self.alias}', or {where}"
+            )
+        return (
+            f"database file {name!r} cannot be opened ({exc}); check that this user may read "
+            f"and write it and its directory, or {where}"
+        )
 
 
 _OUTCOME_FIELDS = (

@@ -150,8 +150,8 @@ def too_large(owner: str, shown: str) -> str:
 def test_a_payload_of_exactly_the_limit_is_accepted_by_enqueue_and_enqueue_many():
     args = [text_of(LIMIT)]
     assert len(json.dumps(args, separators=(",", ":"))) + len("{}") == LIMIT  # the arithmetic
-    one = add.enqueue(*args)
-    many = add.enqueue_many([((1, 2), {}), (args, {})])
+    one = notify.enqueue(*args)
+    many = notify.enqueue_many([((1,), {}), (args, {})])
     stored = dict(Job.objects.values_list("pk", "args"))
     assert (stored[one.pk], stored[many[1].pk]) == (args, args)
     assert len(stored) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from unittest import mock
 
 import pytest
@@ -12,11 +13,13 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from django_workqueue import registry, task
 from django_workqueue.checks import (
     check_database_settings,
     check_runworker_owner,
     check_settings,
     check_task_imports,
+    check_task_queues,
 )
 from tests.support.settings import workqueue_settings as workqueue
 
@@ -56,6 +59,7 @@ def test_the_test_project_configuration_gives_no_messages():
     assert check_database_settings() == []
     assert check_runworker_owner() == []
     assert check_task_imports() == []
+    assert check_task_queues() == []
 
 
 def test_manage_py_check_passes_with_no_warnings():
@@ -292,3 +296,96 @@ def test_a_shadowed_runworker_fails_manage_py_check():
     ):
         call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
     assert "django_workqueue.E004" in str(raised.value)
+
+
+# --- psycopg 3 for the listener -----------------------------------------------------------------
+
+POSTGRESQL = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+
+
+def without_psycopg():
+    """Make ``import psycopg`` fail, as on a project that runs Django on psycopg2."""
+    return mock.patch.dict(sys.modules, {"psycopg": None})
+
+
+def test_postgresql_without_psycopg_3_is_a_warning_naming_both_fixes():
+    with with_jobs_database("jobs", POSTGRESQL), without_psycopg():
+        message = only(check_database_settings())
+    assert isinstance(message, checks.Warning)
+    assert message.id == "django_workqueue.W008"
+    assert message.msg.startswith(
+        "The jobs database 'jobs' is PostgreSQL and WORKQUEUE['LISTEN_NOTIFY'] is on, but "
+        "psycopg 3 cannot be imported (ModuleNotFoundError: "
+    )
+    assert message.msg.endswith(
+        "workers cannot listen for NOTIFY and find new jobs only by polling."
+    )
+    assert message.hint == (
+        "Install psycopg 3 (pip install 'psycopg[binary]', or 'django-workqueue[postgres]'), or "
+        "set WORKQUEUE['LISTEN_NOTIFY'] = False to poll on purpose."
+    )
+
+
+def test_postgresql_without_psycopg_3_is_fine_when_listen_notify_is_off():
+    entry = {**settings.DATABASES, "jobs": POSTGRESQL}
+    with (
+        override_settings(
+            DATABASES=entry,
+            WORKQUEUE={**settings.WORKQUEUE, "DATABASE": "jobs", "LISTEN_NOTIFY": False},
+        ),
+        without_psycopg(),
+    ):
+        assert check_database_settings() == []
+
+
+def test_sqlite_does_not_need_psycopg():
+    with with_jobs_database("jobs", GOOD_SQLITE), without_psycopg():
+        assert check_database_settings() == []
+
+
+# --- the queues of registered tasks -------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_registry():
+    saved = dict(registry._registry)
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
+def test_a_task_whose_queue_is_not_in_queues_is_an_error_naming_the_fix(restore_registry):
+    @task(name="shop.tasks.send_invoice", queue="billing")
+    def send_invoice(invoice_id): ...
+
+    message = only(check_task_queues())
+    assert isinstance(message, checks.Error)
+    assert message.id == "django_workqueue.E007"
+    assert message.msg == (
+        "Task shop.tasks.send_invoice has queue 'billing', which is not in WORKQUEUE['QUEUES']."
+    )
+    assert message.hint == (
+        "Add 'billing' to WORKQUEUE['QUEUES'], or give the task one of 'default', 'mail', "
+        "'reports', 'low' (@task(queue=...))."
+    )
+
+
+def test_every_task_on_a_removed_queue_is_reported():
+    with workqueue(QUEUES=["default", "reports", "low"]):
+        messages = check_task_queues()
+    names = {name for name, t in registry.registered_tasks().items() if t.spec.queue == "mail"}
+    assert "testproject.testapp.tasks.send_mail" in names
+    assert [m.msg.split()[1] for m in messages] == sorted(names)
+    assert {m.id for m in messages} == {"django_workqueue.E007"}
+
+
+def test_a_default_queue_missing_from_queues_is_reported_once_not_per_task():
+    with workqueue(QUEUES=["mail"]):
+        assert ids(check_settings()) == ["django_workqueue.E002"]
+        assert check_task_queues() == []
+
+
+def test_the_task_queue_check_is_registered_with_django(restore_registry):
+    task(name="shop.tasks.nowhere", queue="nowhere")(lambda: None)
+    found = [m for m in checks.run_checks() if m.id == "django_workqueue.E007"]
+    assert [m.msg.split()[1] for m in found] == ["shop.tasks.nowhere"]

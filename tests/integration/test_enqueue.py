@@ -34,6 +34,7 @@ from testproject.testapp.tasks import add, send_mail
 from tests.support.database import db_now, listening
 
 ADD = "testproject.testapp.tasks.add"
+SEND_MAIL = "testproject.testapp.tasks.send_mail"
 INSERT = re.compile(r"\bINSERT\s+INTO\b", re.IGNORECASE)
 
 
@@ -321,50 +322,50 @@ def test_non_string_dict_keys_are_refused(nothing_written):
         add.enqueue(1, b={1: "one"})
 
 
-# args ["xxx…"] encode as '["' + n * "x" + '"]' (n + 4 bytes) and kwargs {} as '{}' (2 bytes).
+# send_mail("xxx…") encodes args as '["' + n * "x" + '"]' (n + 4 bytes), kwargs as '{}' (2 bytes).
 OVERHEAD = 6
 
 
 @override_settings(WORKQUEUE={**settings.WORKQUEUE, "MAX_PAYLOAD_BYTES": 1000})
 def test_a_payload_of_exactly_the_limit_is_accepted(db):
-    job = add.enqueue("x" * (1000 - OVERHEAD))
+    job = send_mail.enqueue("x" * (1000 - OVERHEAD))
     assert len(Job.objects.get(pk=job.pk).args[0]) == 1000 - OVERHEAD
 
 
 @override_settings(WORKQUEUE={**settings.WORKQUEUE, "MAX_PAYLOAD_BYTES": 1000})
 def test_a_payload_one_byte_over_the_limit_is_refused(nothing_written):
     with pytest.raises(PayloadTooLarge) as raised:
-        add.enqueue("x" * (1001 - OVERHEAD))
+        send_mail.enqueue("x" * (1001 - OVERHEAD))
     assert str(raised.value) == (
-        f"args of {ADD} are 1,001 bytes; the limit is 1,000 bytes "
+        f"args of {SEND_MAIL} are 1,001 bytes; the limit is 1,000 bytes "
         f"(WORKQUEUE['MAX_PAYLOAD_BYTES']). Store large data elsewhere and pass a reference."
     )
 
 
 @override_settings(WORKQUEUE={**settings.WORKQUEUE, "MAX_PAYLOAD_BYTES": 1000})
 def test_payload_size_counts_utf8_bytes_of_args_and_kwargs_together(nothing_written):
-    # 497 two-byte characters + 6 = 1000 bytes: accepted; 1 more byte in kwargs: refused.
-    job = add.enqueue("é" * 497)
+    # 497 two-byte characters + 6 = 1000 bytes: accepted; more bytes in kwargs: refused.
+    job = send_mail.enqueue("é" * 497)
     Job.objects.filter(pk=job.pk).delete()
-    with pytest.raises(PayloadTooLarge, match="are 1,005 bytes"):
-        add.enqueue("é" * 497, b=1)  # '{"b":1}' is 7 bytes where '{}' was 2
+    with pytest.raises(PayloadTooLarge, match="are 1,011 bytes"):
+        send_mail.enqueue("é" * 497, subject=1)  # '{"subject":1}': 13 bytes, not 2
 
 
 def test_the_default_limit_is_256_kib_inclusive(db):
     limit = 256 * 1024
-    job = add.enqueue("x" * (limit - OVERHEAD))
+    job = send_mail.enqueue("x" * (limit - OVERHEAD))
     assert Job.objects.filter(pk=job.pk).exists()
     with pytest.raises(PayloadTooLarge, match=r"are 256\.0 KiB \(262,145 bytes\)"):
-        add.enqueue("x" * (limit + 1 - OVERHEAD))
+        send_mail.enqueue("x" * (limit + 1 - OVERHEAD))
     assert Job.objects.count() == 1
 
 
 def test_a_ten_megabyte_payload_is_refused_naming_both_sizes(nothing_written):
     size = 10 * 1024 * 1024
     with pytest.raises(PayloadTooLarge) as raised:
-        add.enqueue("x" * (size - OVERHEAD))
+        send_mail.enqueue("x" * (size - OVERHEAD))
     message = str(raised.value)
-    assert f"args of {ADD} are 10,240.0 KiB (10,485,760 bytes)" in message
+    assert f"args of {SEND_MAIL} are 10,240.0 KiB (10,485,760 bytes)" in message
     assert "the limit is 256.0 KiB (262,144 bytes)" in message
 
 
@@ -457,8 +458,8 @@ def test_enqueue_many_with_one_bad_item_writes_nothing(nothing_written):
 
 @override_settings(WORKQUEUE={**settings.WORKQUEUE, "MAX_PAYLOAD_BYTES": 100})
 def test_enqueue_many_with_one_oversized_item_writes_nothing(nothing_written):
-    with pytest.raises(PayloadTooLarge, match=f"args of {ADD} item 1 are 206 bytes"):
-        add.enqueue_many([(("small",), {}), (("x" * 200,), {})])
+    with pytest.raises(PayloadTooLarge, match=f"args of {SEND_MAIL} item 1 are 206 bytes"):
+        send_mail.enqueue_many([(("small",), {}), (("x" * 200,), {})])
 
 
 def test_enqueue_many_with_an_item_that_is_not_a_pair_writes_nothing(nothing_written):

@@ -388,3 +388,38 @@ def test_a_broken_task_module_is_reported_once_and_the_others_still_load(task_mo
 def test_without_import_errors_the_task_import_check_is_silent():
     assert apps.import_errors == {}
     assert check_task_imports() == []
+
+
+def _fits(signature, args):
+    try:
+        signature.bind(*args)
+    except TypeError:
+        return False
+    return True
+
+
+def test_the_arity_shortcut_agrees_with_binding_the_signature():
+    """``check_arguments`` skips ``Signature.bind`` for calls without keywords whose count of
+    positional arguments fits: it must accept exactly the calls that bind."""
+
+    def plain(a, b): ...
+    def defaults(a, b=1, c=2): ...
+    def star(a, *rest): ...
+    def keyword_default(a, *, k=1): ...
+    def keyword_required(a, *, k): ...
+    def positional_only(a, /, b=1): ...
+    def nothing(): ...
+    def with_context(context, a, b=1): ...
+
+    for fn in [plain, defaults, star, keyword_default, keyword_required, positional_only,
+               nothing, with_context]:  # fmt: skip
+        spec = task(name=f"arity.{fn.__name__}")(fn).spec
+        for count in range(5):
+            args = list(range(count))
+            try:
+                spec.check_arguments(args, {})
+            except TypeError:
+                accepted = False
+            else:
+                accepted = True
+            assert accepted == _fits(spec.signature, args), (fn.__name__, count)

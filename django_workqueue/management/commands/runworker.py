@@ -15,17 +15,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from ...conf import workqueue_settings as conf
+from ...db import driver_for
 from ...models import Job
+from ...registry import import_errors, registered_tasks
 from ...worker.connections import is_transient
 from ...worker.runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
 _MAX_START_BACKOFF = 5.0
-# Refusals no waiting cures: SQLSTATE classes 28 (the password or role is rejected) and 3D (no
-# such database). A refused connection carries no SQLSTATE in psycopg, only the server's
-# message: these are PostgreSQL's English texts (under another lc_messages, the worker waits).
-_FATAL_SQLSTATE_PREFIXES = ("28", "3D")
-_FATAL_MESSAGES = ("does not exist", "authentication failed", "no pg_hba.conf entry")
 
 
 def queue_list(value: str) -> list[str]:
@@ -92,7 +89,14 @@ class Command(BaseCommand):
                 f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
                 f"{', '.join(conf.QUEUES)}"
             )
+        tasks = registered_tasks()
+        if not tasks:
+            raise CommandError(_nothing_to_run())
         _configure_logging(options["verbosity"])
+        if options["verbosity"] >= 2:
+            logger.info("%d registered task(s):", len(tasks))
+            for name, registered in sorted(tasks.items()):
+                logger.info("  %s (queue %s)", name, registered.spec.queue)
         worker: Worker | None = None
         stopped = threading.Event()  # a signal while waiting for the database
         signals_seen = 0
@@ -125,18 +129,25 @@ class Command(BaseCommand):
         )
         if stopped.is_set():  # a signal arrived while the worker was being built
             worker.stop()
-        self.stdout.write(
-            f"runworker {worker.id}: queues={','.join(queues)} "
-            f"concurrency={worker.concurrency} pid={os.getpid()}"
-        )
-        worker.run()
+        worker.run()  # it logs its start line ("worker <id> started: ...") once registered
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
 
 
-def _cannot_be_cured(exc: BaseException) -> bool:
-    sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
-    return sqlstate.startswith(_FATAL_SQLSTATE_PREFIXES) or any(
-        text in str(exc) for text in _FATAL_MESSAGES
+def _nothing_to_run() -> str:
+    """Why a worker without a single registered task refuses to start (every job it claimed
+    would fail with TaskNotRegistered), and the fix."""
+    failed = import_errors
+    if failed:
+        modules = "; ".join(f"{name} ({error})" for name, error in sorted(failed.items()))
+        return (
+            f"no task is registered: every task module failed to import: {modules}. Fix the "
+            f"import error and start the worker again"
+        )
+    return (
+        "no task is registered: no module imported at start-up (the tasks.py of each app in "
+        "INSTALLED_APPS, and WORKQUEUE['TASK_MODULES']) defines a @task. Put your tasks in a "
+        "tasks.py of an installed app, or list the modules that define them in "
+        "WORKQUEUE['TASK_MODULES']"
     )
 
 
@@ -156,8 +167,11 @@ def _require_tables(stopped: threading.Event) -> bool:
             tables = connections[alias].introspection.table_names()
             break
         except Exception as exc:
-            if not is_transient(exc) or _cannot_be_cured(exc):
+            if not is_transient(exc):
                 raise
+            problem = driver_for(alias).incurable_connection_error(exc)
+            if problem is not None:
+                raise CommandError(f"cannot use database {alias!r}: {problem}") from exc
             connections[alias].close()
             logger.warning(
                 "database %r cannot be reached (%s: %s); retrying in %.1fs",

@@ -1,0 +1,84 @@
+"""Enqueue into a jobs database that is not ``default`` while ``default`` is inside a
+transaction: the insert cannot join that transaction, so it is deferred to its commit
+(``on_commit``). These tests point ``WORKQUEUE["DATABASE"]`` at a second alias, ``jobs``, that
+reaches the same test database through its own connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.utils import load_backend
+from django.test import override_settings
+
+from django_workqueue import db as drivers
+from django_workqueue.models import Job
+from django_workqueue.states import Status
+from testproject.testapp.tasks import add
+
+
+class Rollback(Exception):
+    pass
+
+
+@pytest.fixture
+def jobs_alias(transactional_db: None) -> Iterator[str]:
+    """A ``jobs`` connection to the test database, made the jobs database. It is this thread's
+    connection only, not a ``DATABASES`` entry: the test case allows such a connection, where
+    it would block an alias it was not given."""
+    settings_dict = dict(connections["default"].settings_dict)
+    connections["jobs"] = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(
+        settings_dict, "jobs"
+    )
+    try:
+        with override_settings(WORKQUEUE={**settings.WORKQUEUE, "DATABASE": "jobs"}):
+            yield "jobs"
+    finally:
+        connections["jobs"].close()
+        del connections["jobs"]
+        drivers._drivers.pop("jobs", None)  # the driver made for the alias
+
+
+def test_the_insert_waits_for_the_callers_commit(jobs_alias: str) -> None:
+    with transaction.atomic():
+        job = add.enqueue(1, 2)
+        assert job.pk is None  # not inserted yet: the transaction may still roll back
+        assert not Job.objects.using(jobs_alias).exists()
+    assert job.pk is not None
+    stored = Job.objects.using(jobs_alias).get(pk=job.pk)
+    assert (stored.args, stored.status, job.duplicate) == ([1, 2], Status.READY, False)
+    assert job.run_after == stored.run_after
+
+
+def test_a_rolled_back_transaction_inserts_nothing(jobs_alias: str) -> None:
+    with pytest.raises(Rollback), transaction.atomic():
+        job = add.enqueue(1, 2)
+        raise Rollback
+    assert job.pk is None
+    assert not Job.objects.using(jobs_alias).exists()
+
+
+def test_outside_a_transaction_the_insert_is_immediate(jobs_alias: str) -> None:
+    job = add.enqueue(1, 2)
+    assert Job.objects.using(jobs_alias).filter(pk=job.pk).exists()
+
+
+def test_a_held_unique_key_leaves_the_returned_job_unsaved(jobs_alias: str) -> None:
+    """The caller gets its job back before the key can be checked. At commit the insert finds
+    the key held, inserts nothing and raises nothing; the job the caller holds never gets an
+    id and says ``duplicate == False`` (docs/reference/api.md, "What enqueue does")."""
+    held = add.using(unique_key="nightly").enqueue(1, 2)
+    with transaction.atomic():
+        job = add.using(unique_key="nightly").enqueue(3, 4)
+    assert (job.pk, job.duplicate) == (None, False)
+    [stored] = Job.objects.using(jobs_alias).filter(unique_key="nightly")
+    assert (stored.pk, stored.args) == (held.pk, [1, 2])
+
+
+def test_a_free_unique_key_is_taken_at_commit(jobs_alias: str) -> None:
+    with transaction.atomic():
+        job = add.using(unique_key="nightly").enqueue(3, 4)
+    stored = Job.objects.using(jobs_alias).get(unique_key="nightly")
+    assert (job.pk, job.duplicate) == (stored.pk, False)
