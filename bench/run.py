@@ -2,7 +2,7 @@
 """Benchmark django-workqueue side by side with PgQueuer, Procrastinate and django-tasks-db.
 
     python bench/run.py                 # everything, full sizes (about an hour on 2 cores)
-    python bench/run.py --quick         # smoke run, tiny sizes, one repetition (< 60 s)
+    python bench/run.py --quick         # smoke run, tiny sizes, one repetition (~75 s)
     python bench/run.py --systems workqueue,pgqueuer --metrics enqueue,drain
     python bench/run.py --sizes drain=50000,latency=500 --reps 5
     python bench/run.py --systems workqueue --metrics profile
@@ -12,7 +12,8 @@ The first run creates bench/.venv and installs the peers (pinned in bench/requir
 and this project (editable) into it; later runs reuse it. Each system gets its own database
 ``bench_<system>`` on the PostgreSQL server at BENCH_PG_URL (default
 postgresql://postgres@127.0.0.1:5432), dropped at the end; the engine measurements of issue 8
-use ``bench_wq_engine`` and a SQLite file. The table goes to stdout, progress to stderr,
+use ``bench_wq_engine`` and a SQLite file. BENCH_DB_PREFIX replaces ``bench_`` (two runs on
+one server need two prefixes). The table goes to stdout, progress to stderr,
 everything to bench/results/latest.json. See docs/explanation/performance.md.
 """
 
@@ -69,7 +70,7 @@ QUICK_SIZES = {
     "backlog_large": 5_000, "claims": 5, "sustained": 2_000, "slice": 500, "scaling": 300,
     "sqlite_enqueue": 100, "sqlite_bulk": 1_000, "sqlite_drain": 300, "profile": 5_000,
     "profile_seconds": 2, "future_due": 200, "future_waiting": 2_000, "idle_waiting": 5_000,
-    "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 3,
+    "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 2,
     "cancel_jitter": 0.2,
 }  # fmt: skip
 
@@ -157,7 +158,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         type=_ints,
         help="Procrastinate worker concurrency values to try (default 10,50).",
     )
-    parser.add_argument("--keep-dbs", action="store_true", help="Do not drop bench_* at the end.")
+    parser.add_argument("--keep-dbs", action="store_true", help="Do not drop the databases.")
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "latest.json")
     parser.add_argument("--reinstall", action="store_true", help="Reinstall bench/.venv first.")
     parser.add_argument("--setup-only", action="store_true", help="Make bench/.venv and stop.")
