@@ -16,12 +16,17 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
-from . import metrics, pgadmin, profiling, report
+from . import engine_metrics, metrics, pgadmin, profiling, report
 from .bootstrap import ROOT
 from .systems import PEERS, load
 from .systems.base import Options
+
+# What each system is measured on; a system none of the chosen metrics concerns is skipped.
+PEER_METRICS = frozenset({"enqueue", "drain", "latency"})
+WORKQUEUE_METRICS = PEER_METRICS | {"backlog", "sustained", "scaling", "profile"}
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",
             "django-tasks", "django-tasks-db", "py-spy")  # fmt: skip
@@ -118,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     chosen = set(args.metrics)
     for name in args.systems:
+        if not chosen & (WORKQUEUE_METRICS if name == "workqueue" else PEER_METRICS):
+            continue
         system = load(name, options)
         log(f"{system.label}: creating database {system.database}")
         try:
@@ -161,10 +168,15 @@ def run(args: argparse.Namespace) -> int:
             if not args.keep_dbs:
                 system.drop()
 
+    engine = [name for name in args.metrics if name in engine_metrics.MEASUREMENTS]
+    if engine and "workqueue" in args.systems:
+        _measure_engine(engine, options, sizes, args, log, record, results["errors"])
+        save()
+
     results["targets"] = report.targets(results, args.poll_interval)
     save()
     labels = {name: load(name, options).label for name in ("workqueue", *PEERS)}
-    peers = [name for name in PEERS if name in args.systems]
+    peers = [name for name in PEERS if any(name in entry for entry in results["metrics"].values())]
     meta = results["meta"]
     print(f"\ndjango-workqueue benchmark — {meta['started_at']}, {meta['machine']['cpus']} cores, "
           f"{meta['machine']['memory_gib']} GiB, PostgreSQL {meta['machine']['postgresql']}, "
@@ -177,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if "profile" in results:
         print("\n" + profiling.render(results["profile"]))
     quick_note = " (quick run: at these sizes the verdicts mean nothing)" if args.quick else ""
-    print(f"\nIssue 3 targets{quick_note}:")
+    print(f"\nTargets of issues 3 and 8 measured in this run{quick_note}:")
     print(report.targets_table(results["targets"]))
     for name, error in results["errors"].items():
         print(f"\nERROR in {name}: {error.splitlines()[0]}")
@@ -199,3 +211,39 @@ def _scaling_setting(best: dict[str, Any]) -> dict[str, Any]:
     budget = int(pgadmin.scalar("postgres", "SHOW max_connections")) * 8 // 10
     cap = max(1, budget // 4 - 2)
     return {**best, "concurrency": min(int(best.get("concurrency", 1)), cap)}
+
+
+def _measure_engine(
+    engine: list[str],
+    options: Options,
+    sizes: metrics.Sizes,
+    args: argparse.Namespace,
+    log: metrics.Log,
+    record: Callable[[str, dict[str, Any]], None],
+    errors: dict[str, str],
+) -> None:
+    """The engine measurements, on PostgreSQL (``bench_wq_engine``) and then on SQLite.
+
+    Each measurement is guarded on its own: one that fails is reported under "errors" and the
+    others still run.
+    """
+    for name in ("wq_engine", "wq_engine_sqlite"):
+        system = load(name, options)
+        log(f"{system.label}: engine measurements ({', '.join(engine)})")
+        try:
+            try:
+                system.create()
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                log(f"{system.label} FAILED: {exc}\n{traceback.format_exc()}")
+                continue
+            for metric in engine:
+                try:
+                    measure = engine_metrics.MEASUREMENTS[metric]
+                    record("workqueue", measure(system, sizes, args.reps, log))
+                except Exception as exc:
+                    errors[f"{name}:{metric}"] = f"{type(exc).__name__}: {exc}"
+                    log(f"{system.label} {metric} FAILED: {exc}\n{traceback.format_exc()}")
+        finally:
+            if not args.keep_dbs:
+                system.drop()

@@ -1,7 +1,8 @@
 """PostgreSQL housekeeping for the harness: one database per system, resets, VACUUM ANALYZE.
 
 The server is ``BENCH_PG_URL`` (default ``postgresql://postgres@127.0.0.1:5432``); each system
-gets its own database ``bench_<system>``, created empty and dropped at the end of the run.
+gets its own database ``<BENCH_DB_PREFIX><system>`` (default ``bench_<system>``), created empty
+and dropped at the end of the run. Two runs on one server need two prefixes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import psycopg
 
 SERVER = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432").rstrip("/")
+DATABASE_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench_")
 
 
 def url(database: str) -> str:

@@ -1,4 +1,4 @@
-"""The comparison table printed at the end of a run, and the issue-3 targets."""
+"""The comparison table printed at the end of a run, and the targets of issues 3 and 8."""
 
 from __future__ import annotations
 
@@ -31,6 +31,30 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "sqlite_enqueue_bulk": ("SQLite: enqueue, bulk API", "jobs/s", "higher"),
     "sqlite_drain": ("SQLite: drain, one worker process, best setting", "jobs/s", "higher"),
 }
+
+# Issue 8's engine measurements (bench/engine_metrics.py), on each database.
+ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
+    "future_backlog_alone": ("due jobs drained alone by runworker --burst --concurrency 8",
+                             "jobs/s", "higher"),
+    "future_backlog_beside": ("the same drain beside higher-priority future jobs", "jobs/s",
+                              "higher"),
+    "future_backlog_ratio": ("drain beside future jobs / alone, paired", "ratio", "higher"),
+    "idle_poll_empty_p50": ("idle poll (claim of 8 on every queue), no jobs, median", "ms",
+                            "lower"),
+    "idle_poll_p50": ("idle poll beside future jobs, median", "ms", "lower"),
+    "idle_poll_p95": ("idle poll beside future jobs, p95", "ms", "lower"),
+    "queue_claim_one_p50": ("claim of 8 from one queue of two, median", "ms", "lower"),
+    "queue_claim_two_p50": ("claim of 8 from both queues, median", "ms", "lower"),
+    "queue_claim_ratio": ("claim from both queues / from one, paired", "ratio", "lower"),
+    "cancel_p50": ("cancel_job to context.cancelled, p50", "ms", "lower"),
+    "cancel_p95": ("cancel_job to context.cancelled, p95", "ms", "lower"),
+    "cancel_max": ("cancel_job to context.cancelled, max", "ms", "lower"),
+}  # fmt: skip
+for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
+    METRICS.update(
+        (_prefix + key, (f"{_vendor}: {label}", unit, better))
+        for key, (label, unit, better) in ENGINE_METRICS.items()
+    )
 
 
 def _number(value: float, unit: str) -> str:
@@ -66,6 +90,8 @@ def rows(
         ours = row_data.get(main)
         if ours and "ready" in ours:
             label = f"{label} ({ours['ready']:,} ready)"
+        if ours and "future" in ours:
+            label = f"{label} ({ours['future']:,} future)"
         row = [f"{label} ({better} is better)", unit, cell(ours, unit)]
         for peer in peers:
             theirs = row_data.get(peer)
@@ -101,7 +127,7 @@ def _median(results: dict[str, Any], metric: str, system: str) -> float | None:
 
 
 def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any]]:
-    """Issue 3's performance targets, each with the measured value and whether it is met."""
+    """Issues 3 and 8's performance targets, each with the measured value and whether it is met."""
     wq = "workqueue"
 
     def ratio(a: float | None, b: float | None) -> float | None:
@@ -128,6 +154,7 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
         ("SQLite drain ≥ 2,000 jobs/s", _median(results, "sqlite_drain", wq), 2000.0, "higher",
          " jobs/s"),
     ]  # fmt: skip
+    rows += _engine_targets(results)
     out = []
     for label, measured, target, better, unit in rows:
         met = None
@@ -138,15 +165,46 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
     return out
 
 
+def _engine_targets(results: dict[str, Any]) -> list[tuple[str, float | None, float, str, str]]:
+    """Issue 8's goals, on each database; the sizes in the labels are the run's own."""
+    wq = "workqueue"
+
+    def future(metric: str) -> str:
+        entry = results["metrics"].get(metric, {}).get(wq)
+        return f"{entry['future']:,}" if entry else "N"
+
+    rows = []
+    for prefix, vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
+        rows += [
+            (f"issue 8, {vendor}: drain beside {future(prefix + 'future_backlog_ratio')} "
+             f"future jobs ≥ 0.8x alone", _median(results, prefix + "future_backlog_ratio", wq),
+             0.8, "higher", "x"),
+            (f"issue 8, {vendor}: idle poll beside {future(prefix + 'idle_poll_p50')} future "
+             f"jobs < 2 ms (median)", _median(results, prefix + "idle_poll_p50", wq), 2.0,
+             "lower", " ms"),
+        ]  # fmt: skip
+    rows += [
+        ("issue 8, SQLite: claim from two queues ≤ 1.3x one queue (no goal in the issue; "
+         "the backlog target's yardstick)", _median(results, "sqlite_queue_claim_ratio", wq),
+         1.3, "lower", "x"),
+        ("issue 8, PostgreSQL: cancellation p95 ≤ 100 ms", _median(results, "cancel_p95", wq),
+         100.0, "lower", " ms"),
+    ]  # fmt: skip
+    return rows
+
+
 def targets_table(rows: list[dict[str, Any]]) -> str:
     lines = []
+    unmeasured = 0
     for row in rows:
         if row["measured"] is None:
-            verdict, measured = "not measured", "-"
-        else:
-            measured = f"{row['measured']:,.2f}{row['unit']}"
-            verdict = "MET" if row["met"] else "missed"
-        lines.append(f"  [{verdict:>12}] {row['target']}: measured {measured}")
+            unmeasured += 1
+            continue
+        measured = f"{row['measured']:,.2f}{row['unit']}"
+        verdict = "MET" if row["met"] else "missed"
+        lines.append(f"  [{verdict:>6}] {row['target']}: measured {measured}")
+    if unmeasured:
+        lines.append(f"  ({unmeasured} other targets not measured in this run)")
     return "\n".join(lines)
 
 
@@ -157,7 +215,7 @@ def markdown(results: dict[str, Any], main: str, peers: list[str], labels: dict[
     out += ["| " + " | ".join(line) + " |" for line in lines[1:]]
     out += ["", "| target | measured | verdict |", "|---|---|---|"]
     for row in results.get("targets", []):
-        measured = "-" if row["measured"] is None else f"{row['measured']:,.2f}{row['unit']}"
-        verdict = "not measured" if row["met"] is None else ("met" if row["met"] else "missed")
-        out.append(f"| {row['target']} | {measured} | {verdict} |")
+        if row["measured"] is not None:
+            verdict = "met" if row["met"] else "missed"
+            out.append(f"| {row['target']} | {row['measured']:,.2f}{row['unit']} | {verdict} |")
     return "\n".join(out) + "\n"

@@ -2,16 +2,19 @@
 """Benchmark django-workqueue side by side with PgQueuer, Procrastinate and django-tasks-db.
 
     python bench/run.py                 # everything, full sizes (about an hour on 2 cores)
-    python bench/run.py --quick         # smoke run, tiny sizes, one repetition (< 60 s)
+    python bench/run.py --quick         # smoke run, tiny sizes, one repetition (~75 s)
     python bench/run.py --systems workqueue,pgqueuer --metrics enqueue,drain
     python bench/run.py --sizes drain=50000,latency=500 --reps 5
     python bench/run.py --systems workqueue --metrics profile
+    python bench/run.py --metrics future_backlog,idle_poll,queue_claim,cancel_latency  # issue 8
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
 ``bench_<system>`` on the PostgreSQL server at BENCH_PG_URL (default
-postgresql://postgres@127.0.0.1:5432), dropped at the end. The table goes to stdout, progress
-to stderr, everything to bench/results/latest.json. See docs/explanation/performance.md.
+postgresql://postgres@127.0.0.1:5432), dropped at the end; the engine measurements of issue 8
+use ``bench_wq_engine`` and a SQLite file. BENCH_DB_PREFIX replaces ``bench_`` (two runs on
+one server need two prefixes). The table goes to stdout, progress to stderr,
+everything to bench/results/latest.json. See docs/explanation/performance.md.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ sys.path.insert(0, str(BENCH.parent))
 from bench import bootstrap  # noqa: E402
 
 ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
-ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite")
+# The engine measurements of issue 8 (bench/engine_metrics.py), on PostgreSQL and SQLite.
+ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency")
+ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
+               *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
 
 SIZES = {
@@ -50,12 +56,22 @@ SIZES = {
     "sqlite_drain": 10_000,
     "profile": 100_000,  # jobs queued for the profiled drain ...
     "profile_seconds": 10,  # ... sampled this long
+    "future_due": 10_000,  # due jobs drained alone, then beside ...
+    "future_waiting": 200_000,  # ... this many jobs scheduled an hour ahead
+    "idle_waiting": 1_000_000,  # jobs scheduled an hour ahead behind the idle polls ...
+    "idle_claims": 200,  # ... timed per repetition
+    "queue_ready": 200_000,  # ready jobs, half in each of two queues ...
+    "queue_claims": 200,  # ... timed claims from one queue and from both, per repetition
+    "cancels": 50,  # cancellations of running jobs per repetition ...
+    "cancel_jitter": 1.0,  # ... each after a random wait of up to this many seconds
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
     "backlog_large": 5_000, "claims": 5, "sustained": 2_000, "slice": 500, "scaling": 300,
     "sqlite_enqueue": 100, "sqlite_bulk": 1_000, "sqlite_drain": 300, "profile": 5_000,
-    "profile_seconds": 2,
+    "profile_seconds": 2, "future_due": 200, "future_waiting": 2_000, "idle_waiting": 5_000,
+    "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 2,
+    "cancel_jitter": 0.2,
 }  # fmt: skip
 
 
@@ -142,7 +158,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         type=_ints,
         help="Procrastinate worker concurrency values to try (default 10,50).",
     )
-    parser.add_argument("--keep-dbs", action="store_true", help="Do not drop bench_* at the end.")
+    parser.add_argument("--keep-dbs", action="store_true", help="Do not drop the databases.")
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "latest.json")
     parser.add_argument("--reinstall", action="store_true", help="Reinstall bench/.venv first.")
     parser.add_argument("--setup-only", action="store_true", help="Make bench/.venv and stop.")

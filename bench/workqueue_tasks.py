@@ -1,5 +1,6 @@
-"""The no-op task django-workqueue runs in every benchmark."""
+"""The tasks django-workqueue runs in the benchmarks."""
 
+from bench.cancellation import note
 from bench.stamp import stamp
 from django_workqueue import task
 
@@ -7,3 +8,14 @@ from django_workqueue import task
 @task(name="bench.noop")
 def noop(key):
     stamp(key)
+
+
+# A 3 s lease renews every second: the heartbeat, the only path for a cancellation on SQLite
+# (and on PostgreSQL without NOTIFY), then delivers one within about a second.
+@task(name="bench.wait_for_cancel", lease_seconds=3, max_attempts=1)
+def wait_for_cancel(context, key):
+    """Wait for ``context.cancelled``, noting when the wait starts and when the event fires."""
+    note("started", key)
+    if context.cancelled.wait(timeout=120):
+        note("cancelled", key)
+    context.raise_if_cancelled()

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 MODULES = {
     "workqueue": ("bench.systems.workqueue", "Workqueue"),
     "workqueue_sqlite": ("bench.systems.workqueue", "WorkqueueSQLite"),
+    "wq_engine": ("bench.systems.workqueue_engine", "WorkqueueEngine"),
+    "wq_engine_sqlite": ("bench.systems.workqueue_engine", "WorkqueueEngineSQLite"),
     "pgqueuer": ("bench.systems.pgqueuer_peer", "PgQueuer"),
     "procrastinate": ("bench.systems.procrastinate_peer", "Procrastinate"),
     "django_tasks_db": ("bench.systems.django_tasks_db_peer", "DjangoTasksDB"),

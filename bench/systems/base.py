@@ -47,7 +47,7 @@ class System:
 
     @property
     def database(self) -> str:
-        return f"bench_{self.name}"
+        return f"{pgadmin.DATABASE_PREFIX}{self.name}"
 
     def create(self) -> None:
         pgadmin.create_database(self.database)
