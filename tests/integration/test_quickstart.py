@@ -104,7 +104,8 @@ def test_the_quickstart_examples_run_without_warnings(shop: ModuleType, drain: A
     receipts = Job.objects.filter(task_name="shop.tasks.send_receipt")
     # One receipt waits out its delay; the other three ran (the enqueue_many one for two orders).
     assert (
-        sorted(receipts.values_list("status", flat=True)) == [Status.READY] + [Status.SUCCEEDED] * 3
+        sorted(receipts.values_list("status", flat=True))
+        == [Status.SCHEDULED] + [Status.SUCCEEDED] * 3
     )
     assert sorted(mailed) == sorted(["n0@example.com", "old@example.com", "n1@example.com"])
     assert not any(job.errors for job in receipts)
