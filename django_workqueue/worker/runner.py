@@ -1,7 +1,7 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
-One control thread does the claiming, the heartbeat, the reaper and the completion writes on
-one connection; N slot threads run jobs, one connection each; PostgreSQL adds one LISTEN
+One control thread does the claiming, the heartbeat, the maintenance services (promoter,
+reaper) and the completion writes on one connection; N slot threads run jobs, one connection each; PostgreSQL adds one LISTEN
 connection. That is the connection budget: concurrency + 2.
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
@@ -9,8 +9,8 @@ the control thread writes every outcome that has piled up in one fenced statemen
 as many jobs as there are free slots in another. Under load each round trip carries many jobs.
 
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
-in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval,
-so polling always backs up the wake-ups.
+in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval
+or past the next renewal or maintenance run, so polling always backs up the wake-ups.
 
 Every connection the worker opens to the jobs database is named ``workqueue:<worker id>``
 (PostgreSQL's ``application_name``; see ``connections.serving``), so ``pg_stat_activity`` shows
@@ -170,11 +170,11 @@ class Worker:
         self.started.set()
 
     def _tick(self) -> int:
-        """One pass: progress, outcomes, claims, heartbeat and reaper. Returns # claimed.
+        """One pass: heartbeat, progress, outcomes, maintenance, claims. Returns # claimed.
 
         Each step is guarded on its own, so one failing write (a row another session holds
-        locked, a value the database refuses) never stops the heartbeat or the reaper; a lost
-        connection ends the pass and backs off.
+        locked, a value the database refuses) never stops the heartbeat, the maintenance or
+        the claims; a lost connection ends the pass and backs off.
         """
         claimed = 0
         failed = False
