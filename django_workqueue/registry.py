@@ -106,6 +106,7 @@ def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
             return None
     return fewest, most
 
+
 # Task modules that failed to import (module -> error): reported by a system check, by
 # runworker at start and in the error of a job whose task is missing.
 import_errors: dict[str, str] = {}

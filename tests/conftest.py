@@ -64,3 +64,17 @@ def background_worker() -> Iterator[Callable[..., Worker]]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive(), "worker did not stop"
+
+
+@pytest.fixture
+def control_session() -> Iterator[None]:
+    """This session configured as the worker's control session (on PostgreSQL a 2 s
+    ``lock_timeout``): a write that waits for a row lock it should have skipped fails here
+    within seconds, naming the lock, instead of passing once the holder gives up."""
+    from django_workqueue.db import driver_for
+
+    driver_for("default").configure_control_session()
+    yield
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from .. import payload, retry
 from ..conf import workqueue_settings as conf
-from ..context import JobContext
+from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver
 from ..exceptions import (
     DeadlineExceeded,
@@ -199,6 +199,12 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
     elif context.cancel_requested and isinstance(exc, JobCancelled | asyncio.CancelledError):
         return _ended(job, task, JobCancelled("cancelled", reason=context.abort_reason),
                       OutcomeKind.CANCELLED)  # fmt: skip
+    elif context.abort_reason == AbortReason.SHUTDOWN and isinstance(
+        exc, JobCancelled | asyncio.CancelledError
+    ):
+        # It stopped because the worker is shutting down: given back, uncharged, in its place
+        # (the shutdown has usually released it already; see worker/shutdown.py).
+        return _outcome(job, OutcomeKind.RELEASE)
     if task.spec.on_failure is not None:
         try:
             verdict = task.spec.on_failure(exc)
@@ -266,7 +272,10 @@ def _log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
     """One log line per failed attempt on the worker's logger, so that log handlers and error
     trackers see failures: WARNING when it will run again, ERROR when it ends ``failed``."""
     status = outcome.status
-    if outcome.kind == OutcomeKind.SNOOZE or status in (Status.SUCCEEDED, Status.CANCELLED):
+    if outcome.kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE) or status in (
+        Status.SUCCEEDED,
+        Status.CANCELLED,
+    ):
         if status == Status.CANCELLED:
             logger.info("job %s (%s) attempt %s cancelled", job.id, job.task_name, job.attempt)
         return

@@ -1,8 +1,8 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
-reaper) and the completion writes on one connection; N slot threads run jobs, one connection each; PostgreSQL adds one LISTEN
-connection. That is the connection budget: concurrency + 2.
+reaper) and the completion writes on one connection; N slot threads run jobs, one connection
+each; PostgreSQL adds one LISTEN connection. That is the connection budget: concurrency + 2.
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims

@@ -86,6 +86,8 @@ def release_remaining(worker: Worker) -> None:
     # Bodies that returned after the snapshot: take their jobs back and write their outcomes.
     late = worker.completer.take({job_id for job_id, _ in written})
     for outcome in late:
+        if outcome.kind == OutcomeKind.RELEASE:  # the body stopped as told: released already
+            continue
         try:
             retaken = worker.driver.retake(worker.id, outcome.job_id, outcome.attempt)
         except Exception as exc:

@@ -89,6 +89,7 @@ def test_without_notify_the_heartbeat_delivers_the_cancellation(background_worke
         operations.cancel_job(job)
         wait_until(lambda: "reason" in seen[job.pk], timeout=10, message="the cancellation")
     assert seen[job.pk]["reason"] == AbortReason.CANCEL_REQUESTED
+    assert seen[job.pk]["raised"] == AbortReason.CANCEL_REQUESTED  # JobCancelled.reason too
     wait_until(lambda: fresh(job).status == "cancelled", timeout=10)
 
 
@@ -115,8 +116,8 @@ def test_a_job_no_longer_this_workers_is_stopped_with_the_reason(
     with workqueue_settings(HEARTBEAT_INTERVAL=0.2):
         job = _start(background_worker)
         change(job)
-        wait_until(lambda: "reason" in seen[job.pk], timeout=10, message="the abort")
-    assert seen[job.pk]["reason"] == reason
+        wait_until(lambda: "raised" in seen[job.pk], timeout=10, message="the abort")
+    assert (seen[job.pk]["reason"], seen[job.pk]["raised"]) == (reason, reason)
 
 
 def test_a_timeout_is_its_own_reason(drain: Any) -> None:

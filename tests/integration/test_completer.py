@@ -168,7 +168,7 @@ def hold_row() -> Iterator[Callable[[int], threading.Event]]:
 
 @pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it
 def test_a_locked_row_keeps_its_report_and_outcome_for_later_and_stalls_no_other_job(
-    completer: Completer, hold_row: Callable[[int], threading.Event]
+    completer: Completer, hold_row: Callable[[int], threading.Event], control_session: None
 ) -> None:
     locked, other = claimed_context(JobFactory()), claimed_context(JobFactory())
     for context in (locked, other):
@@ -178,6 +178,7 @@ def test_a_locked_row_keeps_its_report_and_outcome_for_later_and_stalls_no_other
 
     completer.write_progress()
     assert Job.objects.get(pk=other.job_id).progress_current == 1
+    assert Job.objects.get(pk=locked.job_id).progress_current is None  # kept, not waited for
     completer.hand_over(success(locked))
     completer.hand_over(success(other))
     _, written = completer.write_outcomes()

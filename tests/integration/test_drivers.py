@@ -224,7 +224,9 @@ def row_lock():
 
 
 @pytest.mark.postgres_only  # row locks: SQLite locks the whole database, never one row
-def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(row_lock):
+def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(
+    row_lock, control_session
+):
     locked, free = JobFactory(running=True), JobFactory(running=True)
     row_lock(locked.pk)
     recorded = driver().record_many(
@@ -283,13 +285,15 @@ def test_claims_never_see_scheduled_jobs_and_promotion_makes_them_claimable():
 
 def test_promotion_takes_the_earliest_first_up_to_its_limit_with_an_injected_clock():
     base = timezone.now() + dt.timedelta(hours=1)
-    jobs = [
-        JobFactory(status="scheduled", run_after=base + dt.timedelta(seconds=n), queue=queue)
-        for n, queue in enumerate(["mail", "default", "reports"])
-    ]
-    assert driver().promote(2, now=base + dt.timedelta(minutes=1)) == ["mail", "default"]
-    statuses = [Job.objects.get(pk=job.pk).status for job in jobs]
-    assert statuses == ["ready", "ready", "scheduled"]
+    # Inserted latest first, so that neither id nor table order is run_after order.
+    jobs = {
+        queue: JobFactory(status="scheduled", run_after=base + dt.timedelta(seconds=n), queue=queue)
+        for n, queue in [(2, "reports"), (1, "default"), (0, "mail")]
+    }
+    promoted = driver().promote(2, now=base + dt.timedelta(minutes=1))
+    assert sorted(promoted) == ["default", "mail"]
+    statuses = {queue: Job.objects.get(pk=job.pk).status for queue, job in jobs.items()}
+    assert statuses == {"mail": "ready", "default": "ready", "reports": "scheduled"}
 
 
 def test_expired_leases_are_the_running_jobs_past_their_lease(vendor):

@@ -78,6 +78,11 @@ def fails_with_a_broken_classifier() -> None:
     raise ValueError("the task's own failure")
 
 
+@task(max_attempts=2, backoff=3600, on_failure=_on_failure_that_raises)
+def fails_with_a_broken_classifier_and_a_long_backoff() -> None:
+    raise ValueError("the task's own failure")
+
+
 @task(max_attempts=2, backoff=0)
 def fails_every_time(context: Any) -> None:
     raise ValueError(f"attempt {context.attempt} went wrong")
@@ -118,6 +123,18 @@ def test_an_on_failure_that_raises_is_named_in_the_recorded_failure(drain):
     [error] = job.errors
     assert "on_failure" in error["message"] and "KeyError" in error["message"]
     assert "ValueError: the task's own failure" in error["message"]
+
+
+def test_an_on_failure_that_raises_leaves_the_retry_to_the_tasks_own_backoff(drain):
+    job = fails_with_a_broken_classifier_and_a_long_backoff.enqueue()
+    drain()
+    job = fresh(job)
+    assert (job.status, job.attempt) == ("scheduled", 1)
+    [error] = job.errors
+    assert "retried as usual" in error["message"]
+    # backoff=3600 spread by RETRY_JITTER (0.1), not the default backoff (2 s on attempt 1).
+    delay = (job.run_after - parse_at(error["at"])).total_seconds()
+    assert 3240 - 0.01 <= delay <= 3960 + 0.01
 
 
 def test_every_failed_attempt_is_logged_warning_while_it_retries_error_when_it_fails(

@@ -79,3 +79,41 @@ def test_a_body_still_running_past_the_grace_period_is_released_and_told_why() -
     join_slots(worker)
     assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
     assert fresh(job).status == "ready"  # its late success was fenced out: it runs again
+
+
+@task(max_attempts=1)
+def stops_when_told(context: Any) -> str:
+    seen_reasons[context.job_id] = None
+    context.cancelled.wait(20)
+    seen_reasons[context.job_id] = context.abort_reason
+    context.raise_if_cancelled()
+    return "not told"
+
+
+def test_a_body_that_obeys_the_shutdown_abort_is_released_uncharged_not_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = stops_when_told.enqueue()
+    worker = Worker(concurrency=1, poll_interval=0.05, grace_seconds=0.1)
+    record_many = worker.driver.record_many
+    released: list[bool] = []
+
+    def release_after_the_body_stopped(owner: str, outcomes: Any, **kwargs: Any) -> Any:
+        if not released and any(o.kind == OutcomeKind.RELEASE for o in outcomes):
+            # The body heard the abort and raised JobCancelled before the release is written.
+            released.append(True)
+            wait_until(lambda: worker.completer.pending, timeout=10, message="the hand-over")
+        return record_many(owner, outcomes, **kwargs)
+
+    monkeypatch.setattr(worker.driver, "record_many", release_after_the_body_stopped)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_until(lambda: job.pk in seen_reasons, timeout=20, message="the body to start")
+    worker.stop()
+    thread.join(30)
+    join_slots(worker)
+
+    assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
+    job = fresh(job)
+    # Stopping because the worker said so is not a failure: the job goes back, uncharged.
+    assert (job.status, job.attempt, job.max_attempts, job.errors) == ("ready", 1, 2, [])
