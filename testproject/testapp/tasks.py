@@ -279,3 +279,23 @@ def progress_often(context, seconds, every=0.01):
             break
         time.sleep(every)
     return {"reports": reports, "ended": time.time()}
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=20)
+def chaos_progress(context, ledger, sleep=0.0, every=0.01):
+    """``chaos_work`` that reports progress every ``every`` seconds while it works; returns the
+    number of reports, the last of which must be the one stored. Its 20 s lease lets the fault
+    battery hold its row locked for up to 5 s (more than twice the worker's 2 s
+    ``lock_timeout``) without it expiring (see tests/chaos/test_progress_under_locks.py)."""
+    chaos_ledger(ledger, "start", context)
+    reports = 0
+    total = max(1, round(sleep / every)) if every else 1
+    deadline = time.monotonic() + sleep
+    while True:
+        reports += 1
+        context.set_progress(reports, total, f"report {reports}")
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(every)
+    chaos_ledger(ledger, "effect", context)
+    return reports
