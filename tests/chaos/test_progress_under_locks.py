@@ -203,7 +203,7 @@ def test_progress_reports_and_row_locks_lose_nothing(
     finally:
         holder.stop.set()
         holder.join(30)
-    print(f"lock holder: {holder.holds}")
+        print(f"lock holder: {holder.holds}")  # shown with a failure, too
     assert holder.error is None, f"the lock holder failed: {holder.error!r}"
     assert not supervisor.unexpected_exits, supervisor.describe()
     report = check_invariants(job_ids, ledger, supervisor.faulted)
