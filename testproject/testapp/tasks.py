@@ -215,3 +215,87 @@ def chaos_segfault(context, ledger):
 
     chaos_ledger(ledger, "start", context)
     ctypes.string_at(0)
+
+
+# --- Progress reports that must never cost an outcome (tests/acceptance/test_progress_reports.py).
+# Each attempt writes one LedgerEntry, so the test can count the bodies that really ran.
+
+# Values just outside PostgreSQL's bigint (the columns' type), on each side and in each field.
+BEYOND_BIGINT = {
+    "current=10**30": (10**30, None),
+    "current=-2**63-1": (-(2**63) - 1, None),
+    "total=2**63": (1, 2**63),
+}
+
+
+@task(max_attempts=3, backoff=0, lease_seconds=2)
+def progress_short(context, sleep=0.0):
+    """A short job (2 s lease, so a stalled heartbeat would lose it) that reports once."""
+    _ledger(context)
+    if sleep:
+        time.sleep(sleep)
+    context.set_progress(1, 1, "done")
+    return context.attempt
+
+
+@task(max_attempts=3, backoff=0)
+def progress_message(context, codepoint, length):
+    """Reports ``chr(codepoint) * length``: built here, as arguments may not hold a NUL."""
+    _ledger(context)
+    context.set_progress(1, None, chr(codepoint) * length)
+    return length
+
+
+@task(max_attempts=3, backoff=0)
+def progress_beyond_bigint(context):
+    """Reports the largest bigint, then counters beyond bigint, keeping each call's ValueError.
+
+    The refused calls come last: were they accepted, one of them would be the report the worker
+    writes (it writes each job's latest report)."""
+    _ledger(context)
+    context.set_progress(2**63 - 1, 2**63 - 1, "largest")
+    refused = {}
+    for label, (current, total) in BEYOND_BIGINT.items():
+        try:
+            context.set_progress(current, total, label)
+        except ValueError as exc:
+            refused[label] = f"{type(exc).__name__}: {exc}"
+        else:
+            refused[label] = None
+    return {"refused": refused}
+
+
+@task(max_attempts=3, backoff=0, lease_seconds=30)
+def progress_often(context, seconds, every=0.01):
+    """Reports progress every ``every`` seconds for ``seconds``; returns how many reports it
+    made and when (wall clock) its body ended. The 30 s lease outlasts the test's row lock."""
+    _ledger(context)
+    reports = 0
+    deadline = time.monotonic() + seconds
+    while True:
+        reports += 1
+        context.set_progress(reports, None, f"report {reports}")
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(every)
+    return {"reports": reports, "ended": time.time()}
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=20)
+def chaos_progress(context, ledger, sleep=0.0, every=0.01):
+    """``chaos_work`` that reports progress every ``every`` seconds while it works; returns the
+    number of reports, the last of which must be the one stored. Its 20 s lease lets the fault
+    battery hold its row locked for up to 5 s (more than twice the worker's 2 s
+    ``lock_timeout``) without it expiring (see tests/chaos/test_progress_under_locks.py)."""
+    chaos_ledger(ledger, "start", context)
+    reports = 0
+    total = max(1, round(sleep / every)) if every else 1
+    deadline = time.monotonic() + sleep
+    while True:
+        reports += 1
+        context.set_progress(reports, total, f"report {reports}")
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(every)
+    chaos_ledger(ledger, "effect", context)
+    return reports
