@@ -43,9 +43,7 @@ from testproject.testapp.tasks import (
     progress_often,
     progress_short,
 )
-
-from .conftest import StartWorker
-from .processes import WorkerExited, wait_for
+from tests.support.processes import StartWorker, WorkerExited, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
