@@ -6,6 +6,7 @@ deletes the jobs of an earlier demo run first, so every run starts from the same
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import threading
@@ -19,7 +20,6 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db import connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, QuerySet, Sum
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_workqueue.conf import workqueue_settings as conf
@@ -29,7 +29,7 @@ from django_workqueue.operations import cancel_job
 from testproject.demo import tasks
 
 PREFIX = f"{tasks.__name__}."
-STATUSES = ("ready", "running", "succeeded", "failed", "cancelled")
+STATUSES = ("scheduled", "ready", "running", "succeeded", "failed", "cancelled")
 
 
 def demo_jobs(alias: str) -> QuerySet[Job]:
@@ -83,6 +83,20 @@ class Printer:
             self.status = ""
 
 
+class WorkerLog(logging.Handler):
+    """The worker logs every failed attempt (WARNING while it will retry, ERROR once the job is
+    dead-lettered) with its traceback, for log handlers and error trackers; the demo shows each
+    record as one line and keeps the tracebacks off the screen."""
+
+    def __init__(self, printer: Printer) -> None:
+        super().__init__(logging.WARNING)
+        self.printer = printer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().split("\n", 1)[0]
+        self.printer.event(f"  log {record.levelname:<7} {message[:140]}")
+
+
 class Monitor(threading.Thread):
     """Prints job counts by status twice a second; cancels the export once it is under way."""
 
@@ -113,7 +127,6 @@ class Monitor(threading.Thread):
     def tick(self) -> None:
         jobs = demo_jobs(self.alias)
         counts = Counter(dict(jobs.values_list("status").annotate(n=Count("id")).order_by()))
-        later = jobs.filter(status="ready", run_after__gt=Now()).count()
         running = list(
             jobs.filter(status="running")
             .order_by("id")
@@ -123,10 +136,7 @@ class Monitor(threading.Thread):
         )
         parts = []
         for status in STATUSES:
-            text = f"{status} {counts[status]}"
-            if status == "ready" and later:
-                text += f" ({later} later)"
-            parts.append(text)
+            parts.append(f"{status} {counts[status]}")
         shown = [
             f"{short(name)} #{pk} {current}/{total}"
             for pk, name, current, total, _ in running
@@ -188,6 +198,10 @@ class Command(BaseCommand):
         )
         started = time.monotonic()
         monitor = Monitor(alias, self.printer, export_id, started)
+        worker_log = logging.getLogger("django_workqueue.worker")
+        handler, propagate = WorkerLog(self.printer), worker_log.propagate
+        worker_log.addHandler(handler)
+        worker_log.propagate = False
         monitor.start()
         try:
             self._run_rounds(alias, options["concurrency"], started + options["timeout"])
@@ -195,6 +209,8 @@ class Command(BaseCommand):
             raise CommandError("interrupted; the demo's jobs are left as they are") from None
         finally:
             monitor.stop()
+            worker_log.removeHandler(handler)
+            worker_log.propagate = propagate
             self.printer.end_status()
         elapsed = time.monotonic() - started
         self._summary(alias, elapsed, options["concurrency"])
@@ -295,7 +311,7 @@ class Command(BaseCommand):
                 return
             if time.monotonic() > give_up_at:
                 raise CommandError(f"{left} demo job(s) still unfinished; giving up")
-            due = unfinished.filter(status="ready").order_by("run_after")
+            due = unfinished.filter(status__in=["scheduled", "ready"]).order_by("run_after")
             next_at = due.values_list("run_after", flat=True).first()
             wait = 0.2 if next_at is None else (next_at - timezone.now()).total_seconds()
             wait = min(max(wait, 0.0), 5.0)
