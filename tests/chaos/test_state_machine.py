@@ -432,7 +432,10 @@ class JobMachine(RuleBasedStateMachine):
         for job_id, item in owner.running.items():
             context = item.context
             held = self.holds(owner.id, job_id, context.attempt)
-            assert context.lease_lost == (not held), f"job {job_id}: renewal said lost={not held}"
+            assert context.lease_lost == (not held), (
+                f"job {job_id}: context.lease_lost={context.lease_lost} (abort reason "
+                f"{context.abort_reason}), but the model says the lease is held={held}"
+            )
             if held:
                 job = self.jobs[job_id]
                 job.lease_expires = self.clock + job.lease_seconds
@@ -554,14 +557,15 @@ class JobMachine(RuleBasedStateMachine):
         for job_id, snapshot in before.items():
             assert row(job_id) == snapshot, f"a stale owner's outcome changed job {job_id}"
 
-    @precondition(lambda self: self.live())
+    @precondition(lambda self: any(owner.running for owner in self.live()))
     @rule(data=st.data())
     def shut_down(self, data: st.DataObject) -> None:
         """Graceful shutdown past its grace, by the worker's own ``release_remaining``: its
         unfinished jobs are released (ready, uncharged, in their place) and their bodies told
         to stop. Some bodies return just as their job is released; the worker takes such a job
-        back and writes the outcome, unless the body only stopped because it was told to."""
-        owner = self.pick_owner(data, self.live())
+        back and writes the outcome, unless the body only stopped because it was told to.
+        (An idle worker's shutdown writes nothing; idle workers leave by ``crash``.)"""
+        owner = self.pick_owner(data, [o for o in self.live() if o.running])
         returning: dict[int, str] = {}
         for job_id in sorted(owner.running):
             if data.draw(st.booleans(), label=f"job {job_id} returns as it is released"):
@@ -602,7 +606,7 @@ class JobMachine(RuleBasedStateMachine):
                 self.taken_back(owner, contexts[job_id], outcome, returning[job_id], released)
         for context in contexts.values():
             assert context.cancelled.is_set(), f"job {context.job_id} was not told to stop"
-        # Bodies still running: they may hand in an outcome later (fenced out, unless retaken).
+        # Bodies still running: they may hand in an outcome later, which is fenced out.
         self.orphans += [(owner, item.context) for item in owner.running.values()]
         owner.running.clear()
         self.leave(owner)
@@ -734,6 +738,7 @@ class JobMachine(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         job = self.pick_job(data)
         result = cancel_job(job.id, alias=self.alias)
+        was = job.status
         if job.status in (Status.BLOCKED, Status.SCHEDULED, Status.READY):
             expected = "cancelled"
             job.status, job.cancel_requested = Status.CANCELLED, True
@@ -742,7 +747,7 @@ class JobMachine(RuleBasedStateMachine):
             job.cancel_requested = True
         else:
             expected = "unchanged"
-        assert result.action == expected, f"cancel_job({job.id}) of a {job.status} job: {result}"
+        assert result.action == expected, f"cancel_job({job.id}) of a {was} job: {result}"
 
     def due_now(self, job: ModelJob) -> None:
         """An operator runs the job again: due now, and a deadline that passed is cleared (one
@@ -790,14 +795,14 @@ class JobMachine(RuleBasedStateMachine):
     def retry(self, data: st.DataObject) -> None:
         job = self.pick_job(data)
         result = retry_job(job.id, alias=self.alias)
-        expected = "unchanged"
+        was, expected = job.status, "unchanged"
         if job.status == Status.FAILED and self.key_holder(job.task, job.unique_key) is None:
             expected = "retried"
             self.redriven(job, None)
         elif job.status == Status.SCHEDULED:  # due or not: it need not wait for the promoter
             expected = "retried"
             self.due_now(job)
-        assert result.action == expected, f"retry_job({job.id}) of a {job.status} job: {result}"
+        assert result.action == expected, f"retry_job({job.id}) of a {was} job: {result}"
 
     # --- invariants --------------------------------------------------------------------------
 
