@@ -567,9 +567,11 @@ class JobMachine(RuleBasedStateMachine):
         (An idle worker's shutdown writes nothing; idle workers leave by ``crash``.)"""
         owner = self.pick_owner(data, [o for o in self.live() if o.running])
         returning: dict[int, str] = {}
+        # Most bodies that return in that window do so because they were told to stop.
+        returns_with = st.one_of(st.just("cooperative"), st.sampled_from(VERDICTS))
         for job_id in sorted(owner.running):
             if data.draw(st.booleans(), label=f"job {job_id} returns as it is released"):
-                returning[job_id] = data.draw(st.sampled_from(VERDICTS), label="verdict")
+                returning[job_id] = data.draw(returns_with, label="verdict")
         contexts = {job_id: item.context for job_id, item in owner.running.items()}
         worker = Worker(queues=owner.queues, worker_id=owner.id)  # never started: no threads
         worker._running.update(owner.running)
