@@ -4,40 +4,53 @@ Simulated workers ("owners") use the worker's own building blocks, in this threa
 test database (SQLite or PostgreSQL): claims through the driver (``Driver.claim``), the
 heartbeat (``LeaseKeeper.renew``), the job pipeline (``execution.run``) and the batched outcome
 writes (``Completer``, i.e. ``Driver.record_many``); the graceful-shutdown release
-(``Driver.record``); the reaper (``reaper.run_once``); enqueue through ``Task.using().enqueue``;
-``cancel_job``, ``redrive`` and ``retry_job`` from ``operations.py``. An owner may *crash*: it
-stops renewing and claiming, but its jobs stay in its hands, so a later step can let it wake
-(like a SIGSTOPped worker resumed) and try to write a late outcome or progress.
+(``shutdown.release_remaining`` of a real, unstarted ``Worker``, with its retake of jobs whose
+body returned as they were released); the maintenance services as the worker calls them
+(``reaper.run_once``, ``promoter.run_once``) and one promotion batch (``Driver.promote``);
+enqueue through ``Task.using().enqueue``; ``cancel_job``, ``redrive`` and ``retry_job`` from
+``operations.py``. An owner may *crash*: it stops renewing and claiming, but its jobs stay in
+its hands, so a later step can let it wake (like a SIGSTOPped worker resumed) and try to write
+a late outcome or progress.
 
-A plain model predicts every step. After each step the whole job table is compared with it:
-no job lost or invented; each job's status change since the previous step is an edge of
-``states.TRANSITIONS``; terminal and ready jobs have no lease, running ones an owner and an
-expiry; ``attempt <= max_attempts``; at most one active job per (task, unique key); status,
-attempt, budget, owner, cancel request and error count per job and the counts per status equal
-the model's; ``Effect`` rows (written inside ``atomic=True`` bodies) exist exactly for the
-succeeded attempts of atomic jobs. Fencing is checked where it happens: an outcome (alone or
-in a batch), a progress report or a renewal is written, and reported written, if and only if the
-model says the writer still holds that attempt's lease, and a refused write leaves the row
-unchanged, every column of it.
+A plain model predicts every step. Jobs waiting for a later time are ``scheduled`` (a delayed
+enqueue, a retry or snooze with a delay) and only the promoter makes them ``ready``; claims take
+ready jobs only. After each step the whole job table is compared with the model: no job lost or
+invented; each job's status change since the previous step is an edge of
+``states.TRANSITIONS``; terminal, scheduled and ready jobs have no lease, running ones an owner
+and an expiry; ready and running jobs are due (``run_after`` not after the database's clock);
+``attempt <= max_attempts``; at most one active job per (task, unique key); status, attempt,
+budget, owner, cancel request, error count, ``run_after`` and ``deadline`` per job and the
+counts per status equal the model's; ``Effect`` rows (written inside ``atomic=True`` bodies)
+exist exactly for the succeeded attempts of atomic jobs. Fencing is checked where it happens:
+an outcome (alone or in a batch), a progress report or a renewal is written, and reported
+written, if and only if the model says the writer still holds that attempt's lease, and a
+refused write leaves the row unchanged, every column of it.
 
 How the clock is advanced. The engine reads time only from the database: PostgreSQL's
 ``statement_timestamp()``, SQLite's ``strftime(…, 'now')``, Django's ``Now()``; the worker and
-the reaper are called without ``now``, as in production. Nothing is patched. To let N seconds
-pass, every stored timestamp of every row (``run_after``, ``lease_expires_at``, ``deadline``,
-``started_at``, ``enqueued_at``, ``finished_at``, ``cancel_requested_at``, and
+the maintenance services are called without ``now``, as in production. Nothing is patched. To
+let N seconds pass, every stored timestamp of every row (``run_after``, ``lease_expires_at``,
+``deadline``, ``started_at``, ``enqueued_at``, ``finished_at``, ``cancel_requested_at``, and
 ``WorkerProcess`` times) is moved N seconds into the past in one UPDATE per table. That is the
 same as the clock moving N seconds forward: the engine compares stored timestamps with the
 clock (``run_after <= now``, ``lease_expires_at < now``, ``deadline < now``) or with each other
-(the claim's ORDER BY), and ``ts - N <op> now`` holds exactly when ``ts <op> now + N``, while
-differences between stored timestamps do not change. New values are written as ``now + x`` by
-the database itself, consistent with the shifted ones. (The ``at`` of each ``Job.errors`` entry
-is text inside JSON that nothing compares; it is left as written.)
+(the claim's and the promotion's ORDER BY), and ``ts - N <op> now`` holds exactly when
+``ts <op> now + N``, while differences between stored timestamps do not change. New values are
+written as ``now + x`` by the database itself, consistent with the shifted ones. (The ``at`` of
+each ``Job.errors`` entry is text inside JSON that nothing compares; it is left as written.)
 
 The model keeps a virtual clock (seconds since the example began, moved only by
 ``advance_clock``) and ignores the real seconds that pass while an example runs. That is safe
 by construction: every clock step is a multiple of 60 s and every lease, delay, backoff and
 deadline is 0 or 30 s modulo 60, so no model comparison is closer than 30 s, and an example
-lasts far less (an invariant fails loudly if one ever takes 30 s).
+lasts far less (an invariant fails loudly if one ever takes 30 s). The same margin bounds how
+far a stored time may lag the model's: a row's ``run_after - now`` is the model's
+``run_after - clock`` less the real seconds since the row was written, under 30 s.
+
+One moment needs a seam, because on a real worker it happens on another thread: a body that
+returns just as its job is released at shutdown, after the release was decided and before it
+reaches the database. ``ReleaseMoment`` wraps the shutdown's worker's driver and lets the bodies
+a step chose return at that moment, then writes the release; it changes nothing the engine does.
 
 Sizes: 100 examples of up to 40 steps by default; ``WORKQUEUE_CHAOS=full`` runs 300 of up to 60.
 A failure prints the shrunk sequence of steps and a ``@reproduce_failure`` blob.
@@ -50,11 +63,13 @@ import dataclasses
 import os
 import time
 import uuid
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db.models import Count, F
+from django.db.models.functions import Now
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -67,14 +82,17 @@ from hypothesis.stateful import (
 
 from django_workqueue import Discard, JobContext, Retry, Snooze, task
 from django_workqueue.conf import workqueue_settings as conf
-from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
-from django_workqueue.maintenance import reaper
+from django_workqueue.context import AbortReason
+from django_workqueue.db import Driver, Outcome, OutcomeKind, Recorded, driver_for
+from django_workqueue.maintenance import promoter, reaper
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.operations import cancel_job, redrive, retry_job
 from django_workqueue.states import ACTIVE, TERMINAL, Status, can_transition
+from django_workqueue.worker import shutdown
 from django_workqueue.worker.completer import Completer
 from django_workqueue.worker.execution import run
 from django_workqueue.worker.lease import LeaseKeeper, RunningJob
+from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
@@ -87,14 +105,17 @@ LEASES = (30, 90)
 DELAYS = (None, 0, 30, 90)
 DEADLINES = (None, 30, 3630)
 RETRY_DELAY = 90
+SNOOZE_DELAY = 30
 MARGIN_SECONDS = 30.0
+# Stored times and the clock that reads them are exact to the millisecond (SQLite's clock).
+CLOCK_RESOLUTION = 0.001
 
 QUEUES = ("default", "mail")
 # Worker process slots and the queues each serves; a slot left empty by a crash or a shutdown
 # gets a new process (a new owner id) at its next claim, as a supervisor would restart it.
 WORKER_QUEUES = (("default", "mail"), ("default",), ("mail",))
 WORKERS = len(WORKER_QUEUES)
-VERDICTS = ("succeed", "fail", "retry_later", "discard", "snooze", "cooperative")
+VERDICTS = ("succeed", "fail", "retry_later", "discard", "snooze", "snooze_later", "cooperative")
 JOB_TIMES = (
     "run_after", "lease_expires_at", "deadline", "started_at", "enqueued_at", "finished_at",
     "cancel_requested_at",
@@ -103,6 +124,7 @@ JOB_TIMES = (
 ROW_FIELDS = (
     "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts", "lease_owner",
     "lease_expires_at", "started_at", "finished_at", "cancel_requested_at", "unique_key", "errors",
+    "run_after", "deadline",
 )  # fmt: skip
 
 #: What the body of attempt (job id, attempt) does, set by the step that runs it.
@@ -124,7 +146,9 @@ def act(context: JobContext) -> dict[str, int]:
         raise Discard("discarded by the state machine")
     if verdict == "snooze":
         raise Snooze(delay=0)
-    if verdict == "cooperative":  # stops if cancelled (requested, or its lease was lost)
+    if verdict == "snooze_later":
+        raise Snooze(delay=SNOOZE_DELAY)
+    if verdict == "cooperative":  # stops if told to: cancel requested, lease lost, shutdown
         context.raise_if_cancelled()
     return {"attempt": context.attempt}
 
@@ -156,7 +180,7 @@ class ModelJob:
     unique_key: str | None
     run_after: int  # virtual seconds
     deadline: int | None
-    status: str = Status.READY
+    status: str
     attempt: int = 0
     owner: str | None = None
     lease_expires: int | None = None
@@ -187,6 +211,43 @@ def clean_tables() -> None:
 
 def row(job_id: int) -> dict[str, Any]:
     return Job.objects.filter(pk=job_id).values().get()
+
+
+def seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+class ReleaseMoment:
+    """A shutting-down worker's driver that lets bodies return at the moment the release is
+    written: after the worker decided to release their jobs, before the release reaches the
+    database (a real worker's bodies return on their slot threads, in that window). It then
+    writes the release as given; everything else goes straight to the driver.
+
+    ``release_remaining`` treats a failing release write as a database error (logged, leases
+    left to expire), so a failed check in ``bodies_return`` is kept and raised afterwards.
+    """
+
+    def __init__(self, driver: Driver, bodies_return: Callable[[], None]) -> None:
+        self.driver = driver
+        self.bodies_return = bodies_return
+        self.releases: list[tuple[int, int]] = []
+        self.recorded: Recorded | None = None
+        self.failure: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.driver, name)
+
+    def record_many(self, owner: str, outcomes: Sequence[Outcome], **kwargs: Any) -> Recorded:
+        assert all(o.kind == OutcomeKind.RELEASE for o in outcomes), outcomes
+        assert self.recorded is None, "the shutdown wrote its releases twice"
+        try:
+            self.bodies_return()
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        self.releases = [(o.job_id, o.attempt) for o in outcomes]
+        self.recorded = self.driver.record_many(owner, outcomes, **kwargs)
+        return self.recorded
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -255,23 +316,30 @@ class JobMachine(RuleBasedStateMachine):
     def pick_job(self, data: st.DataObject) -> ModelJob:
         return self.jobs[data.draw(st.sampled_from(sorted(self.jobs)), label="job")]
 
-    def apply_outcome(self, claimed: ClaimedJob, kind: OutcomeKind, delay: float) -> None:
-        """What a written outcome does to the row (see ``Outcome.status`` and record_many)."""
-        job = self.jobs[claimed.id]
+    def apply_outcome(self, job_id: int, kind: OutcomeKind, delay: float) -> None:
+        """What a written outcome does to the row of the attempt the model says is running."""
+        job = self.jobs[job_id]
+        assert job.status == Status.RUNNING, f"job {job_id}: an outcome for a {job.status} job"
+        # A release and a lease expiry put the job back in its place (its run_after, which was
+        # due when it was claimed); a retry or snooze waits its delay, scheduled if there is one.
+        keeps_place = kind in (OutcomeKind.RELEASE, OutcomeKind.LEASE_EXPIRED)
         status = {
             OutcomeKind.SUCCEEDED: Status.SUCCEEDED,
             OutcomeKind.DISCARD: Status.FAILED,
             OutcomeKind.CANCELLED: Status.CANCELLED,
-        }.get(kind, Status.READY)
-        if kind == OutcomeKind.RETRY and claimed.attempt >= claimed.max_attempts:
+        }.get(kind, Status.READY if keeps_place or delay == 0 else Status.SCHEDULED)
+        spent = job.attempt >= job.max_attempts
+        if kind in (OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED) and spent:
             status = Status.FAILED
         if kind != OutcomeKind.SUCCEEDED and job.cancel_requested:
             status = Status.CANCELLED
-        if kind in (OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.CANCELLED):
+        with_error = (OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.CANCELLED,
+                      OutcomeKind.LEASE_EXPIRED)  # fmt: skip
+        if kind in with_error:
             job.errors += 1
-        if kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):
+        if kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):  # uncharged: the budget grows
             job.max_attempts += 1
-        if status == Status.READY and kind != OutcomeKind.RELEASE:  # a release keeps its place
+        if status in (Status.READY, Status.SCHEDULED) and not keeps_place:
             job.run_after = self.clock + int(delay)
         job.status, job.owner, job.lease_expires = status, None, None
 
@@ -289,11 +357,15 @@ class JobMachine(RuleBasedStateMachine):
             return OutcomeKind.DISCARD, 0.0
         if verdict == "snooze":
             return OutcomeKind.SNOOZE, 0.0
+        if verdict == "snooze_later":
+            return OutcomeKind.SNOOZE, float(SNOOZE_DELAY)
         if not context.cancelled.is_set():
             return OutcomeKind.SUCCEEDED, 0.0
         if context.cancel_requested:
             return OutcomeKind.CANCELLED, 0.0
-        return OutcomeKind.RETRY, backoff(claimed.attempt)  # stopped: it lost its lease
+        # Stopped for another reason (its lease was lost, the worker is shutting down): the
+        # JobCancelled it raised is a failure like any other.
+        return OutcomeKind.RETRY, backoff(claimed.attempt)
 
     def forget(self, owner: Owner, context: JobContext) -> None:
         item = owner.running.get(context.job_id)
@@ -313,16 +385,19 @@ class JobMachine(RuleBasedStateMachine):
         self.leave(owner)
         self.crashed.append(owner)
 
-    @precondition(lambda self: any(j.status == Status.READY for j in self.jobs.values()))
+    @precondition(
+        lambda self: any(j.status in (Status.READY, Status.SCHEDULED) for j in self.jobs.values())
+    )
     @rule(slot=st.integers(0, WORKERS - 1), limit=st.integers(1, 3))
     def claim(self, slot: int, limit: int) -> None:
+        """Claims take ready jobs only: a scheduled job waits for the promoter, even once due
+        (and a ready job is always due: see ``database_matches_model``)."""
         owner = self.worker(slot)
         claimable = {
             job.id: job
             for job in self.jobs.values()
             if job.status == Status.READY and job.queue in owner.queues
-            and job.run_after <= self.clock
-        }  # fmt: skip
+        }
         claimed = self.driver.claim(owner.queues, limit, owner.id)
         ids = [c.id for c in claimed]
         assert len(set(ids)) == len(ids), f"a job was claimed twice in one claim: {ids}"
@@ -345,8 +420,7 @@ class JobMachine(RuleBasedStateMachine):
             job.lease_expires = self.clock + job.lease_seconds
             stale = owner.running.pop(c.id, None)
             if stale is not None:  # reaped, then claimed again by the same worker (runner.py)
-                stale.context.lease_lost = True
-                stale.context.cancelled.set()
+                stale.context.abort(AbortReason.LEASE_LOST)
                 self.orphans.append((owner, stale.context))
             owner.running[c.id] = RunningJob(JobContext(c, owner=owner.id, driver=self.driver))
 
@@ -358,7 +432,10 @@ class JobMachine(RuleBasedStateMachine):
         for job_id, item in owner.running.items():
             context = item.context
             held = self.holds(owner.id, job_id, context.attempt)
-            assert context.lease_lost == (not held), f"job {job_id}: renewal said lost={not held}"
+            assert context.lease_lost == (not held), (
+                f"job {job_id}: context.lease_lost={context.lease_lost} (abort reason "
+                f"{context.abort_reason}), but the model says the lease is held={held}"
+            )
             if held:
                 job = self.jobs[job_id]
                 job.lease_expires = self.clock + job.lease_seconds
@@ -422,7 +499,7 @@ class JobMachine(RuleBasedStateMachine):
         if not held:
             assert row(claimed.id) == before, "a stale owner's outcome changed the row"
             return None
-        self.apply_outcome(claimed, kind, delay)
+        self.apply_outcome(claimed.id, kind, delay)
         if kind == OutcomeKind.SUCCEEDED and TASKS[claimed.task_name].spec.atomic:
             self.effects.add(key)
         return None
@@ -468,7 +545,7 @@ class JobMachine(RuleBasedStateMachine):
             completer.hand_over(outcome)
         done, written = completer.write_outcomes()
         assert done == [o for o, _ in batch]
-        for outcome, context in batch:
+        for outcome, _ in batch:
             key = (outcome.job_id, outcome.attempt)
             reported = key in written
             assert reported == (key in held), (
@@ -476,30 +553,83 @@ class JobMachine(RuleBasedStateMachine):
                 f"the model says the lease is held={key in held}"
             )
             if key in held:
-                self.apply_outcome(context.job, outcome.kind, outcome.delay)
+                self.apply_outcome(outcome.job_id, outcome.kind, outcome.delay)
         for job_id, snapshot in before.items():
             assert row(job_id) == snapshot, f"a stale owner's outcome changed job {job_id}"
 
-    @precondition(lambda self: self.live())
+    @precondition(lambda self: any(owner.running for owner in self.live()))
     @rule(data=st.data())
     def shut_down(self, data: st.DataObject) -> None:
-        """Graceful shutdown past its grace: unfinished jobs are released, uncharged."""
-        owner = self.pick_owner(data, self.live())
-        for job_id, item in list(owner.running.items()):
-            context = item.context
-            context.cancelled.set()
-            held = self.holds(owner.id, job_id, context.attempt)
-            outcome = Outcome(
-                job_id=job_id, attempt=context.attempt, kind=OutcomeKind.RELEASE,
-                max_attempts=context.job.max_attempts,
-            )  # fmt: skip
-            written = self.driver.record(owner.id, outcome)
-            assert written == held, f"release of job {job_id}: written={written}, held={held}"
-            if held:
-                self.apply_outcome(context.job, OutcomeKind.RELEASE, 0.0)
-            self.orphans.append((owner, context))  # its body may still hand in an outcome
+        """Graceful shutdown past its grace, by the worker's own ``release_remaining``: its
+        unfinished jobs are released (ready, uncharged, in their place) and their bodies told
+        to stop. Some bodies return just as their job is released; the worker takes such a job
+        back and writes the outcome, unless the body only stopped because it was told to.
+        (An idle worker's shutdown writes nothing; idle workers leave by ``crash``.)"""
+        owner = self.pick_owner(data, [o for o in self.live() if o.running])
+        returning: dict[int, str] = {}
+        # Most bodies that return in that window do so because they were told to stop.
+        returns_with = st.one_of(st.just("cooperative"), st.sampled_from(VERDICTS))
+        for job_id in sorted(owner.running):
+            if data.draw(st.booleans(), label=f"job {job_id} returns as it is released"):
+                returning[job_id] = data.draw(returns_with, label="verdict")
+        contexts = {job_id: item.context for job_id, item in owner.running.items()}
+        worker = Worker(queues=owner.queues, worker_id=owner.id)  # never started: no threads
+        worker._running.update(owner.running)
+        handed: dict[int, Outcome] = {}
+
+        def bodies_return() -> None:
+            for job_id, verdict in returning.items():
+                context = contexts[job_id]
+                assert context.released and context.abort_reason is not None, job_id
+                note(f"job {job_id} attempt {context.attempt} returns as released: {verdict}")
+                outcome = self.run_body(owner, context, verdict, progress=False, write=False)
+                if outcome is not None:
+                    with worker._lock:  # as a slot hands over its outcome
+                        context.finished = True
+                        worker.completer.hand_over(outcome)
+                    handed[job_id] = outcome
+
+        moment = ReleaseMoment(worker.driver, bodies_return)
+        worker.driver = moment  # type: ignore[assignment]
+        shutdown.release_remaining(worker)
+        if moment.failure is not None:
+            raise moment.failure
+        assert worker.completer.pending == 0, "the shutdown left outcomes unwritten"
+        if contexts:
+            assert moment.recorded is not None, "the shutdown released nothing"
+            assert sorted(moment.releases) == sorted((i, c.attempt) for i, c in contexts.items())
+            released = {key for key in moment.releases if self.holds(owner.id, *key)}
+            assert moment.recorded.written == released, (
+                f"releases written: {moment.recorded.written}, held: {released}"
+            )
+            for job_id, _ in released:
+                self.apply_outcome(job_id, OutcomeKind.RELEASE, 0.0)
+            for job_id, outcome in handed.items():
+                self.taken_back(owner, contexts[job_id], outcome, returning[job_id], released)
+        for context in contexts.values():
+            assert context.cancelled.is_set(), f"job {context.job_id} was not told to stop"
+        # Bodies still running: they may hand in an outcome later, which is fenced out.
+        self.orphans += [(owner, item.context) for item in owner.running.values()]
         owner.running.clear()
         self.leave(owner)
+
+    def taken_back(
+        self, owner: Owner, context: JobContext, outcome: Outcome, verdict: str,
+        released: set[tuple[int, int]],
+    ) -> None:  # fmt: skip
+        """A body returned as its job was released: the worker takes a released job back
+        (same attempt, still ready: nobody claimed it) and writes the outcome, so a job that
+        finished does not run again. A body that stopped only because the shutdown told it to
+        has nothing to write: its job stays released, uncharged (``AbortReason.SHUTDOWN``: the
+        job goes back to ready)."""
+        job = self.jobs[context.job_id]
+        if (job.id, context.attempt) not in released or job.status != Status.READY:
+            return  # not this worker's any more (or cancelled by the release): fenced out
+        if verdict == "cooperative" and context.abort_reason == AbortReason.SHUTDOWN:
+            return  # it raised JobCancelled because the release told it to stop
+        job.status, job.owner = Status.RUNNING, owner.id
+        job.max_attempts -= 1  # the release's uncharged attempt is taken back
+        self.apply_outcome(job.id, outcome.kind, outcome.delay)
 
     # --- maintenance, operations, clock ------------------------------------------------------
 
@@ -513,15 +643,44 @@ class JobMachine(RuleBasedStateMachine):
         ]  # fmt: skip
         count = reaper.run_once(alias=self.alias)
         assert count == len(expired), f"reaped {count}, expected {[j.id for j in expired]}"
-        for job in expired:  # a ready job keeps its run_after: its old place in the queue
-            if job.cancel_requested:
-                job.status = Status.CANCELLED
-            elif job.attempt >= job.max_attempts:
-                job.status = Status.FAILED
-            else:
-                job.status = Status.READY
-            job.owner, job.lease_expires = None, None
-            job.errors += 1
+        for job in expired:
+            self.apply_outcome(job.id, OutcomeKind.LEASE_EXPIRED, 0.0)
+
+    def due(self) -> list[ModelJob]:
+        return [
+            job for job in self.jobs.values()
+            if job.status == Status.SCHEDULED and job.run_after <= self.clock
+        ]  # fmt: skip
+
+    @precondition(lambda self: any(j.status == Status.SCHEDULED for j in self.jobs.values()))
+    @rule()
+    def promote(self) -> None:
+        """The promoter as the worker runs it: every due scheduled job becomes ready (the
+        model's few fit in one batch); jobs not due yet stay scheduled."""
+        due = self.due()
+        count = promoter.run_once(alias=self.alias)
+        assert count == len(due), f"promoted {count}, expected {sorted(j.id for j in due)}"
+        for job in due:
+            job.status = Status.READY
+
+    @precondition(lambda self: any(j.status == Status.SCHEDULED for j in self.jobs.values()))
+    @rule(limit=st.integers(1, 2))
+    def promote_batch(self, limit: int) -> None:
+        """One batch of the promotion (``Driver.promote``), perhaps smaller than the due jobs:
+        the earliest run_after first."""
+        due = {job.id: job for job in self.due()}
+        queues = self.driver.promote(limit)
+        assert len(queues) == min(limit, len(due)), f"promoted {queues} of {sorted(due)}"
+        statuses = dict(Job.objects.filter(pk__in=due).values_list("id", "status"))
+        promoted = [job_id for job_id in due if statuses[job_id] == Status.READY]
+        assert sorted(queues) == sorted(due[job_id].queue for job_id in promoted), queues
+        for left in set(due) - set(promoted):
+            for taken in promoted:
+                assert not due[left].run_after < due[taken].run_after, (
+                    f"job {taken} was promoted before job {left}, which is due earlier"
+                )
+        for job_id in promoted:
+            due[job_id].status = Status.READY
 
     @precondition(lambda self: any(j.status in ACTIVE for j in self.jobs.values()))
     @rule(seconds=st.sampled_from(ADVANCES))
@@ -565,13 +724,15 @@ class JobMachine(RuleBasedStateMachine):
             [job] = jobs
             assert job.duplicate and job.pk == holder.id, f"key {unique_key} held by {holder.id}"
             return
+        status = Status.SCHEDULED if delay else Status.READY  # waits for a later time
         for job in jobs:
             assert not job.duplicate and job.pk not in self.jobs
+            assert job.status == status, f"job {job.pk} enqueued {job.status}, expected {status}"
             self.jobs[job.pk] = ModelJob(
                 id=job.pk, task=task_name, queue=queue, priority=priority,
                 max_attempts=max_attempts, lease_seconds=lease_seconds, unique_key=unique_key,
                 run_after=self.clock + (delay or 0),
-                deadline=None if deadline is None else self.clock + deadline,
+                deadline=None if deadline is None else self.clock + deadline, status=status,
             )  # fmt: skip
 
     @precondition(lambda self: self.jobs)
@@ -579,7 +740,8 @@ class JobMachine(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         job = self.pick_job(data)
         result = cancel_job(job.id, alias=self.alias)
-        if job.status in (Status.BLOCKED, Status.READY):
+        was = job.status
+        if job.status in (Status.BLOCKED, Status.SCHEDULED, Status.READY):
             expected = "cancelled"
             job.status, job.cancel_requested = Status.CANCELLED, True
         elif job.status == Status.RUNNING and not job.cancel_requested:
@@ -587,12 +749,19 @@ class JobMachine(RuleBasedStateMachine):
             job.cancel_requested = True
         else:
             expected = "unchanged"
-        assert result.action == expected, f"cancel_job({job.id}) of a {job.status} job: {result}"
+        assert result.action == expected, f"cancel_job({job.id}) of a {was} job: {result}"
+
+    def due_now(self, job: ModelJob) -> None:
+        """An operator runs the job again: due now, and a deadline that passed is cleared (one
+        still ahead is kept)."""
+        job.status, job.run_after = Status.READY, self.clock
+        if job.deadline is not None and job.deadline < self.clock:
+            job.deadline = None
 
     def redriven(self, job: ModelJob, attempts: int | None) -> None:
         budget = attempts or TASKS[job.task].spec.max_attempts
-        job.status, job.max_attempts = Status.READY, job.attempt + budget
-        job.run_after, job.cancel_requested = self.clock, False
+        job.max_attempts, job.cancel_requested = job.attempt + budget, False
+        self.due_now(job)
 
     @precondition(lambda self: any(j.status == Status.FAILED for j in self.jobs.values()))
     @rule(data=st.data(), everything=st.booleans(), attempts=st.sampled_from((None, 1, 2)))
@@ -628,20 +797,20 @@ class JobMachine(RuleBasedStateMachine):
     def retry(self, data: st.DataObject) -> None:
         job = self.pick_job(data)
         result = retry_job(job.id, alias=self.alias)
-        expected = "unchanged"
+        was, expected = job.status, "unchanged"
         if job.status == Status.FAILED and self.key_holder(job.task, job.unique_key) is None:
             expected = "retried"
             self.redriven(job, None)
-        elif job.status == Status.READY and job.run_after > self.clock:
+        elif job.status == Status.SCHEDULED:  # due or not: it need not wait for the promoter
             expected = "retried"
-            job.run_after = self.clock
-        assert result.action == expected, f"retry_job({job.id}) of a {job.status} job: {result}"
+            self.due_now(job)
+        assert result.action == expected, f"retry_job({job.id}) of a {was} job: {result}"
 
     # --- invariants --------------------------------------------------------------------------
 
     @invariant()
     def database_matches_model(self) -> None:
-        rows = {r["id"]: r for r in Job.objects.using(self.alias).values(*ROW_FIELDS)}
+        rows = {r["id"]: r for r in Job.objects.using(self.alias).values(*ROW_FIELDS, now=Now())}
         assert set(rows) == set(self.jobs), (
             f"lost: {sorted(set(self.jobs) - set(rows))}, unknown: {set(rows) - set(self.jobs)}"
         )
@@ -649,7 +818,9 @@ class JobMachine(RuleBasedStateMachine):
             status = r["status"]
             previous = self.seen.get(job_id)
             if previous is None:
-                assert status == Status.READY, f"job {job_id} appeared as {status}"
+                assert status in (Status.READY, Status.SCHEDULED), (
+                    f"job {job_id} appeared as {status}"
+                )
             elif previous != status:
                 assert can_transition(previous, status), (
                     f"job {job_id}: illegal transition {previous} -> {status}"
@@ -663,10 +834,15 @@ class JobMachine(RuleBasedStateMachine):
             elif status == Status.RUNNING:
                 assert r["lease_owner"] is not None, where
                 assert r["lease_expires_at"] is not None and r["started_at"] is not None, where
-            else:
+            else:  # waiting (scheduled, ready, blocked): nobody holds it, it has not ended
                 assert (r["lease_owner"], r["lease_expires_at"], r["finished_at"]) == (
                     None, None, None,
-                ), where  # fmt: skip
+                ), f"{where}: a waiting job with a lease or an end"  # fmt: skip
+            if status in (Status.READY, Status.RUNNING):  # claims and leases need no look ahead
+                assert r["run_after"] <= r["now"], (
+                    f"{where}: run_after {r['run_after']} is after the clock {r['now']}; "
+                    f"a job that waits for a later time must be scheduled"
+                )
             assert r["attempt"] <= r["max_attempts"], f"{where}: attempt past max_attempts"
 
             job = self.jobs[job_id]
@@ -680,6 +856,24 @@ class JobMachine(RuleBasedStateMachine):
                 job.owner, job.unique_key, job.cancel_requested, job.errors,
             )  # fmt: skip
             assert actual == modelled, f"{where}: database {actual} != model {modelled}"
+            if status not in TERMINAL:  # an ended job's run_after means nothing any more
+                self.same_time(where, "run_after", job.run_after, r["run_after"], r["now"])
+            self.same_time(where, "deadline", job.deadline, r["deadline"], r["now"])
+
+    def same_time(
+        self, where: str, name: str, modelled: int | None, stored: datetime | None, now: datetime
+    ) -> None:
+        """A stored time is the model's, seen from the clock: ``stored - now`` equals the
+        model's ``modelled - clock`` less the real seconds since the row was written, which
+        are fewer than the model's margin (and none are negative)."""
+        if modelled is None or stored is None:
+            assert modelled is stored is None, f"{where}: {name} {stored}, model {modelled}"
+            return
+        lag = (modelled - self.clock) - seconds(stored, now)
+        assert -CLOCK_RESOLUTION <= lag < MARGIN_SECONDS, (
+            f"{where}: {name} is {seconds(stored, now):+.3f}s from the clock, but the model "
+            f"says {modelled - self.clock:+d}s"
+        )
 
     @invariant()
     def unique_keys_counts_and_effects(self) -> None:
