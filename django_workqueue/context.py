@@ -38,6 +38,10 @@ class AbortReason(enum.StrEnum):
     """The worker is stopping and the grace period is over; the job goes back to ready."""
 
 
+_NOT_OURS = frozenset(
+    {AbortReason.LEASE_LOST, AbortReason.COMPLETED_ELSEWHERE, AbortReason.DELETED}
+)
+
 _WHY = {
     AbortReason.CANCEL_REQUESTED: "cancellation was requested",
     AbortReason.LEASE_LOST: "this worker lost the job's lease",
@@ -76,6 +80,7 @@ class JobContext:
         self._cancelled: threading.Event | None = None
         self.abort_reason: AbortReason | None = None
         """Why the job was told to stop, or None while it may go on."""
+        self._not_ours = False  # the lease was lost, whatever the first reason to stop was
         self.finished = False
         self.released = False  # handed back to ready by the worker's shutdown
 
@@ -96,6 +101,8 @@ class JobContext:
             first = self.abort_reason is None
             if first:
                 self.abort_reason = reason
+            if reason in _NOT_OURS:
+                self._not_ours = True
         self.cancelled.set()
         return first
 
@@ -109,10 +116,9 @@ class JobContext:
 
     @property
     def lease_lost(self) -> bool:
-        """Whether this worker no longer holds the job (its outcome will not be recorded)."""
-        return self.abort_reason in (
-            AbortReason.LEASE_LOST, AbortReason.COMPLETED_ELSEWHERE, AbortReason.DELETED
-        )  # fmt: skip
+        """Whether this worker no longer holds the job (its outcome will not be recorded),
+        also when another reason to stop came first (a cancellation, then a lost lease)."""
+        return self._not_ours
 
     @property
     def attempt(self) -> int:

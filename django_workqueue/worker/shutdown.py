@@ -95,10 +95,11 @@ def release_remaining(worker: Worker) -> None:
             retaken = False
         if retaken:
             worker.completer.hand_over(outcome)
-        else:
+        else:  # claimed by another worker meanwhile, or the release ended it (cancelled)
             logger.warning(
-                "job %s finished just after it was released at shutdown, and another worker "
-                "claimed it meanwhile: it runs again", outcome.job_id,
+                "job %s: its %s outcome arrived just after the job was released at shutdown "
+                "and was not written: the job was claimed again or ended meanwhile",
+                outcome.job_id, outcome.kind,
             )  # fmt: skip
     _flush(worker)
 

@@ -363,8 +363,10 @@ class JobMachine(RuleBasedStateMachine):
             return OutcomeKind.SUCCEEDED, 0.0
         if context.cancel_requested:
             return OutcomeKind.CANCELLED, 0.0
-        # Stopped for another reason (its lease was lost, the worker is shutting down): the
-        # JobCancelled it raised is a failure like any other.
+        if context.abort_reason == AbortReason.SHUTDOWN:
+            return OutcomeKind.RELEASE, 0.0  # stopped as the shutdown told it: given back
+        # Stopped for another reason (its lease was lost): the JobCancelled it raised is a
+        # failure like any other (and fenced out).
         return OutcomeKind.RETRY, backoff(claimed.attempt)
 
     def forget(self, owner: Owner, context: JobContext) -> None:
@@ -625,7 +627,7 @@ class JobMachine(RuleBasedStateMachine):
         job = self.jobs[context.job_id]
         if (job.id, context.attempt) not in released or job.status != Status.READY:
             return  # not this worker's any more (or cancelled by the release): fenced out
-        if verdict == "cooperative" and context.abort_reason == AbortReason.SHUTDOWN:
+        if outcome.kind == OutcomeKind.RELEASE:
             return  # it raised JobCancelled because the release told it to stop
         job.status, job.owner = Status.RUNNING, owner.id
         job.max_attempts -= 1  # the release's uncharged attempt is taken back
