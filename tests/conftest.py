@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
+from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
 
 
@@ -78,3 +79,35 @@ def control_session() -> Iterator[None]:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
+
+
+@pytest.fixture
+def hold_row() -> Iterator[Callable[[int], threading.Event]]:
+    """Lock a job's row ``FOR UPDATE`` in another session until the returned event is set."""
+    releases: list[threading.Event] = []
+    threads: list[threading.Thread] = []
+
+    def hold(job_id: int) -> threading.Event:
+        held, release = threading.Event(), threading.Event()
+
+        def run() -> None:
+            try:
+                with transaction.atomic():
+                    list(Job.objects.select_for_update().filter(pk=job_id))
+                    held.set()
+                    release.wait(30)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert held.wait(10)
+        releases.append(release)
+        threads.append(thread)
+        return release
+
+    yield hold
+    for release in releases:
+        release.set()
+    for thread in threads:
+        thread.join(10)

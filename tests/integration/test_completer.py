@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import DataError, OperationalError, connections, transaction
+from django.db import DataError, OperationalError
 
 from django_workqueue.context import JobContext
 from django_workqueue.db import Outcome, OutcomeKind, driver_for
@@ -132,38 +132,6 @@ def test_an_outcome_for_a_job_deleted_while_it_ran_is_dropped_with_a_log_line_th
 
     assert (len(done), written, completer.pending) == (1, set(), 0)  # not kept: not retried
     assert any("row is gone" in r.getMessage() for r in caplog.records), caplog.text
-
-
-@pytest.fixture
-def hold_row() -> Iterator[Callable[[int], threading.Event]]:
-    """Lock a job's row ``FOR UPDATE`` in another session until the returned event is set."""
-    releases: list[threading.Event] = []
-    threads: list[threading.Thread] = []
-
-    def hold(job_id: int) -> threading.Event:
-        held, release = threading.Event(), threading.Event()
-
-        def run() -> None:
-            try:
-                with transaction.atomic():
-                    list(Job.objects.select_for_update().filter(pk=job_id))
-                    held.set()
-                    release.wait(30)
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        assert held.wait(10)
-        releases.append(release)
-        threads.append(thread)
-        return release
-
-    yield hold
-    for release in releases:
-        release.set()
-    for thread in threads:
-        thread.join(10)
 
 
 @pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it

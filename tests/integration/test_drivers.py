@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import threading
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
@@ -195,40 +194,12 @@ def test_an_outcome_for_a_deleted_job_is_neither_written_nor_busy():
     assert (recorded.written, recorded.busy) == (set(), set())
 
 
-@pytest.fixture
-def row_lock():
-    """Hold a job's row ``FOR UPDATE`` in another session until the test ends."""
-    held = threading.Event()
-    done = threading.Event()
-    threads = []
-
-    def lock(job_id: int) -> None:
-        def hold() -> None:
-            try:
-                with transaction.atomic():
-                    list(Job.objects.select_for_update().filter(pk=job_id))
-                    held.set()
-                    done.wait(30)
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=hold)
-        thread.start()
-        threads.append(thread)
-        assert held.wait(10)
-
-    yield lock
-    done.set()
-    for thread in threads:
-        thread.join(10)
-
-
 @pytest.mark.postgres_only  # row locks: SQLite locks the whole database, never one row
 def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(
-    row_lock, control_session
+    hold_row, control_session
 ):
     locked, free = JobFactory(running=True), JobFactory(running=True)
-    row_lock(locked.pk)
+    hold_row(locked.pk)
     recorded = driver().record_many(
         OWNER,
         [outcome(job, OutcomeKind.SUCCEEDED, result_json="1") for job in (locked, free)],
