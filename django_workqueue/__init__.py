@@ -6,11 +6,12 @@
 >>> send_receipt.enqueue(42)  # inside transaction.atomic(): exists iff it commits
 """
 
-from .context import JobContext
+from .context import AbortReason, JobContext
 from .exceptions import (
     Discard,
     EnqueueError,
     InvalidArguments,
+    InvalidProgress,
     JobCancelled,
     JobNotFinished,
     PayloadNotJSON,
@@ -23,9 +24,11 @@ from .exceptions import (
 from .registry import Task, task
 
 __all__ = [
+    "AbortReason",
     "Discard",
     "EnqueueError",
     "InvalidArguments",
+    "InvalidProgress",
     "JobCancelled",
     "JobContext",
     "JobNotFinished",

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from django.db import DataError, OperationalError
 
+from django_workqueue import InvalidProgress
 from django_workqueue.context import JobContext
 from django_workqueue.db import Outcome, OutcomeKind, driver_for
-from django_workqueue.exceptions import InvalidProgress
 from django_workqueue.models import Job
 from django_workqueue.worker.completer import Completer
 from tests.support.factories import JobFactory

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from django_workqueue.context import AbortReason, JobContext
+from django_workqueue import AbortReason, JobCancelled, JobContext
 from django_workqueue.db import ClaimedJob
-from django_workqueue.exceptions import JobCancelled
 
 
 def context() -> JobContext:
