@@ -22,6 +22,7 @@ from .exceptions import (
     WorkqueueError,
 )
 from .registry import Task, task
+from .workflow import chain, group
 
 __all__ = [
     "AbortReason",
@@ -39,5 +40,7 @@ __all__ = [
     "Task",
     "TaskNotRegistered",
     "WorkqueueError",
+    "chain",
+    "group",
     "task",
 ]

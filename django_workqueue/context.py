@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 from collections.abc import Callable
@@ -12,6 +13,8 @@ from .payload import storable_text
 
 if TYPE_CHECKING:
     from .db import ClaimedJob, Driver, Progress
+    from .workflow.canvas import Step
+    from .workflow.store import Spawn
 
 
 _event_lock = threading.Lock()
@@ -83,6 +86,8 @@ class JobContext:
         self._not_ours = False  # the lease was lost, whatever the first reason to stop was
         self.finished = False
         self.released = False  # handed back to ready by the worker's shutdown
+        self.spawn: Spawn | None = None  # steps added at run time, written with a success
+        self._dependencies: list[Prerequisite] | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -171,6 +176,56 @@ class JobContext:
         written = self._driver.write_progress(self.owner, [report]).written
         return (report.job_id, report.attempt) in written
 
+    # --- workflows ----------------------------------------------------------------------------
+
+    def add(self, step: Step) -> None:
+        """Add ``step`` (a signature, chain or group) to this job's workflow, to run once this
+        attempt succeeds; the job's dependents wait for it too. Written in the transaction
+        that records the success, so a failed or crashed attempt adds nothing, and a success
+        adds it exactly once. Checked now: bad arguments raise here, in the task.
+
+        >>> for part in parts(path):
+        ...     context.add(process.s(part))
+        """
+        self._spawn().add(step)
+
+    def continue_with(self, step: Step) -> None:
+        """Continue with ``step`` once this attempt succeeds, after every step added with
+        ``add``: it takes this job's place, so the job's dependents wait for it and a chain's
+        next step receives its result instead of this job's. Once per attempt.
+
+        >>> context.continue_with(merge.s(path))
+        """
+        self._spawn().continue_with(step)
+
+    def _spawn(self) -> Spawn:
+        from .workflow.store import Spawn
+
+        if self.spawn is None:
+            self.spawn = Spawn()
+        return self.spawn
+
+    @property
+    def dependencies(self) -> list[Prerequisite]:
+        """This job's prerequisites, in declared order, each with its status and result."""
+        if self._dependencies is None:
+            from .models import Dependency
+
+            edges = (
+                Dependency.objects.using(self._driver.alias)
+                .filter(job_id=self.job.id)
+                .order_by("position")
+                .values_list(
+                    "prerequisite_id", "prerequisite__task_name", "prerequisite__status",
+                    "prerequisite__result",
+                )
+            )  # fmt: skip
+            self._dependencies = [
+                Prerequisite(job_id=pk, task_name=name, status=status, result=result)
+                for pk, name, status, result in edges
+            ]
+        return self._dependencies
+
     def raise_if_cancelled(self) -> None:
         """Raise ``JobCancelled`` (with ``reason``) if the job should stop now."""
         if self.cancelled.is_set():
@@ -178,6 +233,20 @@ class JobContext:
 
     def _why(self) -> str:
         return _WHY[self.abort_reason or AbortReason.SHUTDOWN]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Prerequisite:
+    """A prerequisite of the running job, as ``context.dependencies`` lists it."""
+
+    job_id: int
+    task_name: str
+    status: str
+    result: Any
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "succeeded"
 
 
 def _progress_int(name: str, value: Any) -> int:

@@ -8,7 +8,10 @@ Indexes are designed for the hot path, not added by accident:
   promoter: jobs waiting for a later time live there, not in the claim index, so claims cost
   the same next to a million of them as next to none;
 * ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
-* ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs.
+* ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs;
+* ``Job.workflow`` and ``Dependency.prerequisite`` are indexed foreign keys: completing a job
+  finds its dependents through the second, a workflow's jobs through the first. Claims never
+  look at ``blocked`` jobs: they are not in the claim index.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .exceptions import JobNotFinished
-from .states import ACTIVE, TERMINAL, Status
+from .states import ACTIVE, TERMINAL, RunCondition, Status, WorkflowStatus
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -33,6 +36,67 @@ class JobQuerySet(models.QuerySet["Job"]):
     def dead_letters(self) -> JobQuerySet:
         """The dead-letter queue: jobs that ended ``failed``."""
         return self.filter(status=Status.FAILED)
+
+
+class Workflow(models.Model):
+    """A run of related jobs (a chain, a group, a graph of dependencies) and its counters.
+
+    The counters are exact at every commit: each job's ending updates them in the transaction
+    that records it. ``output`` is the shape of the result (job ids, nested in lists for
+    groups); ``result`` is filled from it when the last job ends.
+    """
+
+    name = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=WorkflowStatus.choices, default=WorkflowStatus.RUNNING
+    )
+    total = models.PositiveIntegerField(default=0)
+    open = models.PositiveIntegerField(default=0, help_text="Jobs not finished yet.")
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    output = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "finished_at"], name="wq_workflow_finished")]
+
+    def __str__(self) -> str:
+        return f"workflow {self.pk} {self.name} ({self.status})".replace("  ", " ")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finished_at is not None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The counters: total, open, succeeded, failed, cancelled."""
+        return {
+            "total": self.total, "open": self.open, "succeeded": self.succeeded,
+            "failed": self.failed, "cancelled": self.cancelled,
+        }  # fmt: skip
+
+    def wait(self, timeout: float = 10.0, interval: float = 0.05) -> Workflow:
+        """Block until every job of the workflow has ended; return it, refreshed.
+
+        >>> wf = group(a.s(), b.s()).enqueue(); wf.wait(timeout=60).result
+        Raises ``JobNotFinished`` when ``timeout`` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh_from_db()
+            if self.is_finished:
+                return self
+            if time.monotonic() >= deadline:
+                raise JobNotFinished(
+                    f"workflow {self.pk} is still running after {timeout}s "
+                    f"({self.open} of {self.total} jobs open)"
+                )
+            time.sleep(interval)
 
 
 class Job(models.Model):
@@ -65,6 +129,22 @@ class Job(models.Model):
     enqueued_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
+    waiting_on = models.PositiveIntegerField(
+        default=0, help_text="Prerequisites not finished yet; a job waiting on any is blocked."
+    )
+    prerequisites_succeeded = models.PositiveIntegerField(default=0)
+    run_condition = models.CharField(
+        max_length=16, choices=RunCondition.choices, default=RunCondition.ALL_SUCCEEDED
+    )
+    input_shape = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Which prerequisites' results make the first argument (positions of the "
+        "job's dependencies, nested in lists); null when the job receives none.",
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -135,6 +215,29 @@ class Job(models.Model):
             "total": self.progress_total,
             "message": self.progress_message,
         }
+
+
+class Dependency(models.Model):
+    """An edge of a workflow's graph: ``job`` waits for ``prerequisite``.
+
+    ``position`` orders a job's prerequisites as declared (``context.dependencies``, and the
+    positions ``Job.input_shape`` names).
+    """
+
+    # The unique (job, position) constraint's index serves lookups by job.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="prerequisite_edges", db_index=False
+    )
+    prerequisite = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependent_edges")
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="wq_dependency_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} waits for job {self.prerequisite_id}"
 
 
 class WorkerProcess(models.Model):

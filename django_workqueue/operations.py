@@ -10,18 +10,23 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Exists, F, OuterRef, QuerySet, Value, When
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
 
+from . import payload
 from .conf import workqueue_settings as conf
 from .context import AbortReason
-from .db import driver_for
-from .models import Job
-from .payload import describe
+from .db import Ended, driver_for
+from .models import Job, Workflow
+from .payload import describe, storable_text
 from .registry import MAX_ATTEMPTS, registered_tasks
 from .states import ACTIVE, Status, transition
+from .workflow import release
+from .workflow.resume import resume
 
 logger = logging.getLogger("django_workqueue.operations")
 
@@ -55,10 +60,16 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
         waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
         for source in waiting:
             transition(source, Status.CANCELLED)
-        if jobs.filter(status__in=waiting).update(
-            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
-        ):
-            return OperationResult(action="cancelled", count=1, message=f"job {job_id} cancelled")
+        with transaction.atomic(using=jobs.db):
+            if jobs.filter(status__in=waiting).update(
+                status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+            ):
+                # Its dependents learn of it in the same transaction.
+                workflow_id = jobs.values_list("workflow_id", flat=True).first()
+                release.settle(jobs.db, [Ended(job_id, Status.CANCELLED, workflow_id)])
+                return OperationResult(
+                    action="cancelled", count=1, message=f"job {job_id} cancelled"
+                )
         if jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).update(
             cancel_requested_at=Now()
         ):
@@ -135,7 +146,12 @@ def redrive(
 
 
 def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
-    return rows.update(
+    """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
+    dependents cancelled because they failed wait again."""
+    picked = list(rows.select_for_update().values_list("id", "workflow_id"))
+    if not picked:
+        return 0
+    count = rows.filter(id__in=[pk for pk, _ in picked]).update(
         status=target,
         max_attempts=F("attempt") + budget,
         run_after=Now(),
@@ -145,6 +161,8 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
         lease_owner=None,
         lease_expires_at=None,
     )
+    resume(rows.db, picked)
+    return count
 
 
 def _deadline_unless_passed() -> Case:
@@ -186,3 +204,124 @@ def _select(jobs: QuerySet[Job] | Iterable[Job | int] | None, alias: str | None)
         return jobs.using(alias) if alias else jobs
     ids = [j.pk if isinstance(j, Job) else j for j in jobs]
     return _jobs(alias).filter(pk__in=ids)
+
+
+# --- finishing jobs from outside a worker, and whole workflows ---------------------------------
+
+_FINISHABLE = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING)
+
+
+def complete_job(
+    job: Job | int, result: Any = None, *, alias: str | None = None
+) -> OperationResult:
+    """End a waiting or running job as succeeded with ``result``, from outside any worker (an
+    approval, a webhook), in the caller's transaction; its dependents are released exactly as
+    when a worker finishes it.
+
+    A worker running the job sees ``context.abort_reason == "completed_elsewhere"``, and
+    nothing its attempt writes afterwards is recorded.
+
+    >>> complete_job(approval, {"approved_by": request.user.pk})
+    """
+    encoded = payload.encode(result, "result", "complete_job(): the result")
+    payload.check_size(
+        len(encoded.encode()), conf.MAX_RESULT_BYTES, "complete_job(): the result is",
+        "MAX_RESULT_BYTES",
+    )  # fmt: skip
+    return _finish(job, Status.SUCCEEDED, alias, {"result": result})
+
+
+def fail_job(job: Job | int, reason: str, *, alias: str | None = None) -> OperationResult:
+    """End a waiting or running job as failed (the dead-letter queue) with ``reason``, from
+    outside any worker, in the caller's transaction; dependents follow their run conditions.
+
+    >>> fail_job(approval, "rejected by the manager")
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"fail_job(): reason must be a non-empty string, got {describe(reason)}")
+    return _finish(job, Status.FAILED, alias, {"reason": storable_text(reason)[:2000]})
+
+
+def _finish(
+    job: Job | int, target: Status, alias: str | None, values: dict[str, Any]
+) -> OperationResult:
+    job_id = job.pk if isinstance(job, Job) else job
+    jobs = _jobs(alias).filter(pk=job_id)
+    verb = "completed" if target == Status.SUCCEEDED else "failed"
+    with transaction.atomic(using=jobs.db):
+        row = jobs.select_for_update().values_list("status", "workflow_id", "errors", "attempt")
+        found = row.first()
+        if found is None:
+            raise Job.DoesNotExist(f"there is no job {job_id}")
+        status, workflow_id, errors, attempt = found
+        if status not in _FINISHABLE:
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id} already finished ({status})"
+            )
+        (to,) = transition(Status(status), target)
+        changes: dict[str, Any] = {
+            "status": to, "finished_at": Now(), "lease_owner": None, "lease_expires_at": None,
+        }  # fmt: skip
+        if target == Status.SUCCEEDED:
+            changes["result"] = values["result"]
+        else:
+            entry = {
+                "attempt": attempt, "at": _iso_now(), "type": FAILED_EXTERNALLY,
+                "message": values["reason"], "traceback": None,
+            }  # fmt: skip
+            changes["errors"] = [*errors, entry]
+        jobs.filter(status=status).update(**changes)
+        if status == Status.RUNNING:  # its worker stops it; its late writes are fenced out
+            driver_for(jobs.db).notify_abort(job_id, AbortReason.COMPLETED_ELSEWHERE)
+        release.settle(jobs.db, [Ended(job_id, to, workflow_id)])
+    return OperationResult(action=verb, count=1, message=f"job {job_id} {verb} (was {status})")
+
+
+FAILED_EXTERNALLY = "django_workqueue.exceptions.FailedExternally"
+
+
+def _iso_now() -> str:
+    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> OperationResult:
+    """Cancel a workflow: its waiting jobs end cancelled and never run, its running jobs are
+    asked to stop (as ``cancel_job`` asks), and steps they add at run time are not written.
+
+    >>> cancel_workflow(wf)
+    """
+    workflow_id = workflow.pk if isinstance(workflow, Workflow) else workflow
+    jobs = _jobs(alias).filter(workflow_id=workflow_id)
+    db = jobs.db
+    waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
+    for source in waiting:
+        transition(source, Status.CANCELLED)
+    with transaction.atomic(using=db):
+        if (
+            not Workflow.objects.using(db)
+            .filter(pk=workflow_id)
+            .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
+        ):
+            raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
+        stopping = list(
+            jobs.select_for_update().filter(status__in=waiting).values_list("id", flat=True)
+        )
+        jobs.filter(id__in=stopping, status__in=waiting).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        )
+        running = list(
+            jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).values_list(
+                "id", flat=True
+            )
+        )
+        jobs.filter(id__in=running).update(cancel_requested_at=Now())
+        driver = driver_for(db)
+        for job_id in running:
+            driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
+        release.settle(db, [Ended(pk, Status.CANCELLED, workflow_id) for pk in stopping])
+    count = len(stopping) + len(running)
+    return OperationResult(
+        action="cancelled" if count else "unchanged", count=count,
+        message=f"workflow {workflow_id}: {len(stopping)} waiting job(s) cancelled, "
+        f"{len(running)} running job(s) asked to stop",
+    )  # fmt: skip

@@ -48,6 +48,9 @@ class Outcome:
     error: dict[str, Any] | None = None
     delay: float = 0.0
     progress: tuple[int, int | None, str] | None = None
+    spawn: Any = dataclasses.field(default=None, repr=False, compare=False)
+    """Steps the job added at run time (``context.add`` / ``continue_with``), written with a
+    success in the same transaction, dropped with any other ending."""
     _encoded: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property

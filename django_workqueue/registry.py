@@ -30,6 +30,7 @@ from .payload import describe
 if TYPE_CHECKING:
     from .context import JobContext
     from .models import Job
+    from .workflow.canvas import Signature
 
 Backoff = float | Callable[[int], float] | None
 FailureClassifier = Callable[[BaseException], str | None]
@@ -47,6 +48,11 @@ class EnqueueOptions:
     unique_key: str | None = None
     max_attempts: int | None = None
     lease_seconds: int | None = None
+    depends_on: Any = None
+    """Existing jobs (or their ids) this job waits for; it joins their workflow."""
+    run_if: str | None = None
+    """When a job with prerequisites runs: "all_succeeded" (default), "all_finished" or
+    "any_succeeded"."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +98,16 @@ class TaskSpec:
             raise InvalidArguments(
                 f"{where}: {exc}; the task's parameters are {short}{self.signature}{passed}"
             ) from None
+
+
+def _pair(owner: str, index: int, call: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    try:
+        args, kwargs = call
+    except (TypeError, ValueError):
+        raise InvalidOption(
+            f"{owner}.enqueue_many(): item {index} is not an (args, kwargs) pair"
+        ) from None
+    return args, kwargs
 
 
 def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
@@ -167,10 +183,25 @@ class Task(Generic[P, R]):
         """Store a job that runs this task with these arguments; it joins the open transaction.
 
         >>> job = add.enqueue(1, 2)
+        >>> report.using(depends_on=[job1, job2], run_if="all_finished").enqueue()
         """
+        if self.options.depends_on is not None:
+            from .workflow.store import enqueue_with_dependencies
+
+            return enqueue_with_dependencies(self, args, kwargs)
         from .enqueue import enqueue_one
 
         return enqueue_one(self, args, kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these arguments, as a step of a workflow (checked when the workflow
+        is enqueued; a chain's step also receives the previous step's result first).
+
+        >>> chain(fetch.s(url), parse.s(), store.s()).enqueue()
+        """
+        from .workflow.canvas import Signature
+
+        return Signature(self, args, kwargs)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
         """Store many jobs of this task with one multi-row INSERT.
@@ -179,6 +210,14 @@ class Task(Generic[P, R]):
         """
         from .enqueue import enqueue_many
 
+        if self.options.depends_on is not None:
+            from .workflow.canvas import Group
+
+            calls = list(calls)  # each waits for the same jobs; one workflow holds them all
+            group = Group(*(self.s(*_pair(self.name, i, c)[0], **_pair(self.name, i, c)[1])
+                            for i, c in enumerate(calls)))  # fmt: skip
+            workflow = group.enqueue(name=self.name)
+            return list(workflow.jobs.filter(pk__in=workflow.output or []).order_by("id"))
         return enqueue_many(self, calls)
 
 

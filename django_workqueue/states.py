@@ -20,13 +20,19 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# Every waiting status may also end succeeded or failed without running: ``complete_job`` and
+# ``fail_job`` finish a job from outside any worker (an approval, a webhook).
+_EXTERNALLY = (Status.SUCCEEDED, Status.FAILED)
+
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    Status.BLOCKED: frozenset({Status.READY, Status.SCHEDULED, Status.CANCELLED}),
+    # blocked -> ready | scheduled: its last prerequisite finished and its run condition holds;
+    # blocked -> cancelled: the condition can no longer be met (or an operator cancelled it).
+    Status.BLOCKED: frozenset({Status.READY, Status.SCHEDULED, Status.CANCELLED, *_EXTERNALLY}),
     # scheduled -> ready: the promoter, once run_after has come (or an operator's retry).
-    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED}),
+    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED, *_EXTERNALLY}),
     # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
     # a job whose body returned just as it was released (see Worker._release_remaining).
-    Status.READY: frozenset({Status.RUNNING, Status.CANCELLED}),
+    Status.READY: frozenset({Status.RUNNING, Status.CANCELLED, *_EXTERNALLY}),
     # running -> ready: reaped lease, graceful-shutdown release, retry or snooze without delay;
     # running -> scheduled: retry or snooze with a delay.
     Status.RUNNING: frozenset(
@@ -35,13 +41,30 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.SUCCEEDED: frozenset(),
     # failed is the dead-letter queue; redrive moves a job back to ready.
     Status.FAILED: frozenset({Status.READY}),
-    Status.CANCELLED: frozenset(),
+    # cancelled -> blocked: a dependent cancelled because a prerequisite failed waits again
+    # when that prerequisite is redriven (the workflow resumes from it).
+    Status.CANCELLED: frozenset({Status.BLOCKED}),
 }
 
 TERMINAL: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 ACTIVE: frozenset[Status] = frozenset(
     {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING}
 )
+
+
+class RunCondition(models.TextChoices):
+    """When a job with prerequisites may run (``using(run_if=...)``)."""
+
+    ALL_SUCCEEDED = "all_succeeded", "All prerequisites succeeded"
+    ALL_FINISHED = "all_finished", "All prerequisites finished, however they ended"
+    ANY_SUCCEEDED = "any_succeeded", "All prerequisites finished, at least one succeeded"
+
+
+class WorkflowStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class IllegalTransition(RuntimeError):

@@ -5,10 +5,21 @@ from __future__ import annotations
 from django.db import connections
 
 from ..outcomes import Outcome, OutcomeKind
-from .base import ClaimedJob, Driver, Expired, Inserted, NewJob, Progress, Recorded
+from .base import (
+    ClaimedJob,
+    CountedDown,
+    Driver,
+    Ended,
+    Expired,
+    Inserted,
+    NewJob,
+    Progress,
+    Recorded,
+)
 
 __all__ = [
-    "ClaimedJob", "Driver", "Expired", "Inserted", "NewJob", "Outcome", "OutcomeKind",
+    "ClaimedJob", "CountedDown", "Driver", "Ended", "Expired", "Inserted", "NewJob", "Outcome",
+    "OutcomeKind",
     "Progress", "Recorded", "driver_class", "driver_for",
 ]  # fmt: skip
 

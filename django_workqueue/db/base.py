@@ -41,6 +41,12 @@ class NewJob:
     delay: float | None = None
     deadline_at: datetime | None = None
     deadline_in: float | None = None
+    # Workflow steps: a job waiting on prerequisites is inserted blocked.
+    workflow_id: int | None = None
+    waiting_on: int = 0
+    run_condition: str = "all_succeeded"
+    input_shape: str | None = None
+    """JSON: which prerequisites' results make the first argument (see ``Job.input_shape``)."""
 
     def params(self, timestamp: Callable[[datetime], Any]) -> dict[str, Any]:
         """The values every job of the batch shares, as statement parameters."""
@@ -52,6 +58,8 @@ class NewJob:
             "delay": self.delay or 0.0,
             "deadline_at": None if self.deadline_at is None else timestamp(self.deadline_at),
             "deadline_in": self.deadline_in,
+            "workflow_id": self.workflow_id, "waiting_on": self.waiting_on,
+            "run_condition": self.run_condition, "input_shape": self.input_shape,
         }  # fmt: skip
 
     @staticmethod
@@ -71,7 +79,8 @@ class Inserted:
     enqueued_at: datetime
     deadline: datetime | None
     status: str
-    """``ready``, or ``scheduled`` when ``run_after`` is later than the database's clock."""
+    """``ready``, or ``scheduled`` when ``run_after`` is later than the database's clock, or
+    ``blocked`` when the jobs wait on prerequisites."""
 
 
 class ClaimedJob:
@@ -89,17 +98,20 @@ class ClaimedJob:
         "deadline",
         "deadline_passed",
         "id",
+        "input_shape",
         "lease_seconds",
         "max_attempts",
         "priority",
         "queue",
         "task_name",
+        "workflow_id",
     )  # fmt: skip
 
     def __init__(
         self, id: int, task_name: str, queue: str, priority: int, attempt: int,
         max_attempts: int, lease_seconds: int, deadline: datetime | None,
-        deadline_passed: bool, payload: str,
+        deadline_passed: bool, payload: str, workflow_id: int | None = None,
+        input_shape: Any = None,
     ) -> None:  # fmt: skip
         self.id = id
         self.task_name = task_name
@@ -112,6 +124,9 @@ class ClaimedJob:
         self.deadline_passed = bool(deadline_passed)
         self._payload = payload  # '[args, kwargs]'
         self._arguments: tuple[list[Any], dict[str, Any]] | None = None
+        self.workflow_id = workflow_id
+        # JSON text from the claim (None for a job that receives no prerequisite's result).
+        self.input_shape = json.loads(input_shape) if isinstance(input_shape, str) else input_shape
 
     def _parsed(self) -> tuple[list[Any], dict[str, Any]]:
         if self._arguments is None:
@@ -131,6 +146,30 @@ class ClaimedJob:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ended:
+    """A job a write just finished (succeeded, failed or cancelled): what its dependents and
+    its workflow need to know, in the same transaction."""
+
+    id: int
+    status: str
+    workflow_id: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CountedDown:
+    """A blocked dependent after its prerequisites' endings were counted (``Driver.count_down``)."""
+
+    id: int
+    waiting_on: int
+    prerequisites_succeeded: int
+    run_condition: str
+    workflow_id: int | None
+    due: bool
+    """Whether its run_after has come (released, it is ready; otherwise scheduled)."""
+    queue: str
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded:
     written: set[tuple[int, int]]
@@ -140,6 +179,9 @@ class Recorded:
     busy: set[int]
     """Ids of the jobs whose row another session held locked (``skip_locked``): try them
     again later. A row that no longer exists is never busy."""
+    ended: list[Ended] = dataclasses.field(default_factory=list)
+    """The written outcomes that finished their job, as the row says (a requested
+    cancellation may have turned a failure into ``cancelled``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,6 +316,15 @@ class Driver(abc.ABC):
         rows = Job.objects.using(self.alias).filter(id__in=list(ids))
         return {pk: (status, owner) for pk, status, owner in
                 rows.values_list("id", "status", "lease_owner")}  # fmt: skip
+
+    # --- workflows ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
+        """Count prerequisites' endings on their blocked dependents in one statement: for each
+        (dependent id, prerequisites that ended, of which succeeded), lower ``waiting_on`` and
+        raise ``prerequisites_succeeded``, and return each counted row as it is now, locked
+        until the transaction ends. Dependents no longer blocked are left alone."""
 
     # --- maintenance --------------------------------------------------------------------------
 

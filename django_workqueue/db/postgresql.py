@@ -12,6 +12,7 @@ its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …``
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,8 @@ from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
-from .base import ClaimedJob, Driver, Inserted, NewJob, Progress, Recorded
+from ..states import TERMINAL
+from .base import ClaimedJob, CountedDown, Driver, Ended, Inserted, NewJob, Progress, Recorded
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -43,6 +45,8 @@ _PROGRESS_FROM_V = (
     "progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE j.progress_total END, "
     "progress_message = CASE WHEN v.has_progress THEN v.pmessage ELSE j.progress_message END,"
 )
+
+_TERMINAL = frozenset(status.value for status in TERMINAL)
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
@@ -68,14 +72,17 @@ class PostgresDriver(Driver):
         sql = (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, run_after, deadline, args, kwargs, "
-            f"status, attempt, errors, progress_message) "
+            f"status, attempt, errors, progress_message, workflow_id, waiting_on, "
+            f"prerequisites_succeeded, run_condition, input_shape) "
             f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
             f"%(lease_seconds)s, %(unique_key)s, t.run_after, "
             f"COALESCE(%(deadline_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8)), "
             f"b.args, b.kwargs, "
-            f"CASE WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END, "
-            f"0, '[]'::jsonb, '' "
+            f"CASE WHEN %(waiting_on)s > 0 THEN 'blocked' "
+            f"  WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END, "
+            f"0, '[]'::jsonb, '', %(workflow_id)s, %(waiting_on)s, 0, %(run_condition)s, "
+            f"%(input_shape)s::jsonb "
             f"FROM {rows} CROSS JOIN (SELECT COALESCE(%(run_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) AS t "
             f"ORDER BY b.n RETURNING id, run_after, enqueued_at, deadline, status), "
@@ -115,7 +122,8 @@ class PostgresDriver(Driver):
             f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
             f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
             f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
-            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text"
+            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, "
+            f"j.input_shape::text"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         with self.connection.cursor() as cursor:
@@ -196,10 +204,10 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id, j.attempt) "
+            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id) "
             # Per outcome, not per id: a batch may hold two attempts of one job.
-            f"SELECT v.id, v.attempt, (v.id, v.attempt) IN (SELECT id, attempt FROM written), "
-            f"{self._settled} FROM v"
+            f"SELECT v.id, v.attempt, w.id IS NOT NULL, {self._settled}, w.status, "
+            f"w.workflow_id FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -249,9 +257,34 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
             result = cursor.fetchall()
         return Recorded(
-            written={(job_id, attempt) for job_id, attempt, written, _ in result if written},
-            busy={job_id for job_id, _, _, settled in result if not settled},
+            written={(row[0], row[1]) for row in result if row[2]},
+            busy={row[0] for row in result if not row[3]},
+            ended=[
+                Ended(row[0], row[4], row[5])
+                for row in result
+                if len(row) > 4 and row[4] in _TERMINAL
+            ],
         )
+
+    def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
+        if not counts:
+            return []
+        # One statement for every dependent, however many: each row's counters change
+        # relative to what they are (the row lock serialises two prerequisites ending at once,
+        # and the second sees the first's count), and only while the row is still blocked.
+        sql = (
+            f"WITH v AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) "
+            f"  AS r(id bigint, n integer, s integer)) "
+            f"UPDATE {self.table} AS j SET waiting_on = j.waiting_on - v.n, "
+            f"prerequisites_succeeded = j.prerequisites_succeeded + v.s "
+            f"FROM v WHERE j.id = v.id AND j.status = 'blocked' "
+            f"RETURNING j.id, j.waiting_on, j.prerequisites_succeeded, j.run_condition, "
+            f"j.workflow_id, j.run_after <= {CLOCK}, j.queue"
+        )
+        batch = json.dumps([{"id": i, "n": n, "s": ok} for i, n, ok in counts])
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": batch})
+            return [CountedDown(*row) for row in cursor.fetchall()]
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
         # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due,

@@ -8,6 +8,7 @@ clock (SQLite has no server), read by SQLite itself as ``strftime(…, 'now')``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,10 @@ from typing import Any
 from django.core.checks import CheckMessage
 
 from ..outcomes import Outcome
-from .base import ClaimedJob, Driver, Inserted, NewJob, Progress, Recorded
+from ..states import TERMINAL
+from .base import ClaimedJob, CountedDown, Driver, Ended, Inserted, NewJob, Progress, Recorded
+
+_TERMINAL = frozenset(status.value for status in TERMINAL)
 
 # Django stores datetimes on SQLite as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]', which sorts in
 # time order; SQLite's own clock is written in the same shape. `%%` escapes DB-API formatting.
@@ -46,13 +50,16 @@ class SQLiteDriver(Driver):
         sql = (
             f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
             f"unique_key, run_after, deadline, args, kwargs, status, attempt, errors, "
-            f"progress_message) "
+            f"progress_message, workflow_id, waiting_on, prerequisites_succeeded, "
+            f"run_condition, input_shape) "
             f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, :unique_key, "
             f"t.run_after, "
             f"COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
             f"  THEN {from_now(':deadline_in')} END), "
             f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
-            f"CASE WHEN t.run_after > {_CLOCK} THEN 'scheduled' ELSE 'ready' END, 0, '[]', '' "
+            f"CASE WHEN :waiting_on > 0 THEN 'blocked' "
+            f"  WHEN t.run_after > {_CLOCK} THEN 'scheduled' ELSE 'ready' END, 0, '[]', '', "
+            f":workflow_id, :waiting_on, 0, :run_condition, :input_shape "
             f"FROM json_each(:batch), "
             f"(SELECT COALESCE(:run_at, {from_now(':delay')}) AS run_after) AS t ORDER BY key "
             f"RETURNING id, run_after, enqueued_at, deadline, status"
@@ -96,7 +103,8 @@ class SQLiteDriver(Driver):
             f"lease_owner = :owner, started_at = {NOW}, "
             f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
             f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs))"
+            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
+            f"workflow_id, input_shape"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
@@ -164,7 +172,7 @@ class SQLiteDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
-            f"RETURNING {t}.id, {t}.attempt"
+            f"RETURNING {t}.id, {t}.attempt, {t}.status, {t}.workflow_id"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -189,8 +197,38 @@ class SQLiteDriver(Driver):
     ) -> Recorded:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
-            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
-        return Recorded(written=written, busy=set())
+            result = cursor.fetchall()
+        return Recorded(
+            written={(row[0], row[1]) for row in result},
+            busy=set(),
+            ended=[
+                Ended(row[0], row[2], row[3])
+                for row in result
+                if len(row) > 2 and row[2] in _TERMINAL
+            ],
+        )
+
+    def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
+        if not counts:
+            return []
+        # One statement for every dependent, under the write lock; only blocked rows count.
+        t = self.table
+        sql = (
+            f"WITH v AS (SELECT json_extract(value, '$[0]') AS id, "
+            f"  json_extract(value, '$[1]') AS n, json_extract(value, '$[2]') AS s "
+            f"  FROM json_each(:batch)) "
+            f"UPDATE {t} SET waiting_on = {t}.waiting_on - v.n, "
+            f"prerequisites_succeeded = {t}.prerequisites_succeeded + v.s "
+            f"FROM v WHERE {t}.id = v.id AND {t}.status = 'blocked' "
+            f"RETURNING {t}.id, {t}.waiting_on, {t}.prerequisites_succeeded, {t}.run_condition, "
+            f"{t}.workflow_id, {t}.run_after <= {_CLOCK}, {t}.queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": json.dumps([list(row) for row in counts])})
+            return [
+                CountedDown(pk, waiting, succeeded, condition, workflow, bool(due), queue)
+                for pk, waiting, succeeded, condition, workflow, due, queue in cursor.fetchall()
+            ]
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
         # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due.

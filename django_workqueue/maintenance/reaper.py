@@ -23,6 +23,7 @@ from ..db import Expired, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
+from ..workflow import release
 from . import Service
 
 logger = logging.getLogger("django_workqueue.reaper")
@@ -50,7 +51,12 @@ class Reaper(Service):
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
             for owner, rows in by_owner:
                 batch = list(rows)
-                written = driver.record_many(owner, [lease_expired(row) for row in batch]).written
+                outcomes = [lease_expired(row) for row in batch]
+                recorded = driver.record_many(owner, outcomes)
+                # A job whose attempts are spent ends here: its dependents and workflow learn
+                # of it in this transaction.
+                release.after_recorded(self.alias, outcomes, recorded)
+                written = recorded.written
                 reaped += [row for row in batch if (row.id, row.attempt) in written]
             # Jobs back in ready wake the workers of their queues (not those that ended).
             queues = {row.queue for row in reaped if not lease_expired(row).spent}

@@ -21,6 +21,7 @@ import threading
 
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
+from ..workflow import release
 from .connections import is_transient
 from .execution import log_not_written, unstorable
 
@@ -126,7 +127,7 @@ class Completer:
             return [], set()
         self._attach_progress(outcomes)
         try:
-            recorded = self.driver.record_many(self.owner, outcomes, skip_locked=True)
+            recorded = release.record(self.driver, self.owner, outcomes, skip_locked=True)
         except Exception as exc:
             if is_transient(exc):
                 self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
@@ -160,12 +161,12 @@ class Completer:
         for outcome in outcomes:
             try:
                 try:
-                    recorded = self.driver.record_many(self.owner, [outcome], skip_locked=True)
+                    recorded = release.record(self.driver, self.owner, [outcome], skip_locked=True)
                 except Exception as exc:
                     if is_transient(exc):
                         raise
-                    recorded = self.driver.record_many(
-                        self.owner, [unstorable(outcome, exc)], skip_locked=True
+                    recorded = release.record(
+                        self.driver, self.owner, [unstorable(outcome, exc)], skip_locked=True
                     )
             except Exception as exc:  # lost the connection meanwhile: try again later
                 logger.warning("job %s: outcome not written yet (%s)", outcome.job_id, exc)

@@ -40,6 +40,8 @@ from ..outcomes import Outcome, OutcomeKind
 from ..payload import storable_text
 from ..registry import Task, find_task, import_errors
 from ..states import Status
+from ..workflow import release
+from ..workflow.store import first_argument
 from .asyncloop import AsyncLoop
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -70,8 +72,12 @@ def run(
     if malformed is not None:  # the row does not change between attempts: no retry helps
         return _not_run(job, task, MalformedArguments(malformed), OutcomeKind.DISCARD), True
 
-    args = [context, *job.args] if task.spec.takes_context else list(job.args)
     try:
+        args = list(job.args)
+        if job.input_shape is not None:  # a workflow step: the previous step's value first
+            args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
+        if task.spec.takes_context:
+            args.insert(0, context)
         if task.spec.atomic:
             return _run_atomic(task, job, context, driver, args), False
         if task.spec.is_async:
@@ -81,6 +87,7 @@ def run(
         else:
             value = task.spec.func(*args, **job.kwargs)
         outcome = _success(job, value)
+        outcome.spawn = context.spawn
     except _LostLease:
         logger.warning(
             "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
@@ -150,8 +157,11 @@ def _run_atomic(
         value = task.spec.func(*args, **job.kwargs)
         outcome = _success(job, value)
         outcome.progress = context.progress  # the last report commits with the result
+        outcome.spawn = context.spawn
         context.finished = True
-        if not driver.record(context.owner, outcome):
+        # The success, the steps the body added and the release of the job's dependents
+        # commit with the body's writes, or none of them does.
+        if (job.id, job.attempt) not in release.record(driver, context.owner, [outcome]).written:
             raise _LostLease
     return outcome
 

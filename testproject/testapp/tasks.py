@@ -299,3 +299,54 @@ def chaos_progress(context, ledger, sleep=0.0, every=0.01):
         time.sleep(every)
     chaos_ledger(ledger, "effect", context)
     return reports
+
+
+# --- workflows ---------------------------------------------------------------------------------
+
+
+@task
+def echo(value=None):
+    return value
+
+
+@task
+def double(value):
+    return value * 2
+
+
+@task
+def total(values, extra=0):
+    """A fan-in callback: the list of a group's results comes first."""
+    return sum(values) + extra
+
+
+@task(max_attempts=1)
+def fail_step(reason="failed on purpose"):
+    raise ValueError(reason)
+
+
+@task(max_attempts=5)
+def discard_step(reason="discarded on purpose"):
+    raise Discard(reason)
+
+
+@task
+def fan_out(context, count, then=None):
+    """Adds ``count`` doubling steps at run time, then continues with ``then`` (a task name
+    among this module's) if given."""
+    for n in range(count):
+        context.add(double.s(n))
+    if then == "collect":
+        context.continue_with(collect.s())
+    return f"added {count}"
+
+
+@task
+def collect(context):
+    """Its prerequisites' results, in declared order."""
+    return [dependency.result for dependency in context.dependencies]
+
+
+@task
+def describe_dependencies(context):
+    return [[d.task_name, d.status, d.result] for d in context.dependencies]

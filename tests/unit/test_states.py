@@ -65,9 +65,15 @@ def test_terminal_and_active_split_the_statuses():
     assert set(Status) == TERMINAL | ACTIVE
 
 
-def test_only_failed_leaves_a_terminal_status_and_only_by_redrive():
+def test_terminal_statuses_are_left_only_by_redrive_and_the_resumption_it_causes():
     leaving = {(s, t) for s in TERMINAL for t in TRANSITIONS[s]}
-    assert leaving == {(Status.FAILED, Status.READY)}
+    assert leaving == {(Status.FAILED, Status.READY), (Status.CANCELLED, Status.BLOCKED)}
+
+
+def test_every_waiting_status_can_be_finished_from_outside_a_worker():
+    waiting = ACTIVE - {Status.RUNNING}
+    for target in (Status.SUCCEEDED, Status.FAILED):
+        assert {s for s in Status if can_transition(s, target)} == waiting | {Status.RUNNING}
 
 
 def test_every_active_status_can_be_cancelled():

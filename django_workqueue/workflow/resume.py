@@ -1,0 +1,66 @@
+"""Resuming a workflow from a redriven step.
+
+When a failed job is redriven (back to ``ready``), the dependents that were cancelled because
+of it — directly, or further down the graph — wait again (``blocked``), with their counters
+recounted from their prerequisites as they stand. One whose condition still cannot be met
+(another prerequisite failed too, or an operator cancelled one) stays cancelled. A job an
+operator cancelled is never brought back: only cancellations whose reason is an unmet run
+condition are undone.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+from ..models import Dependency, Job
+from ..states import ACTIVE, Status, transition
+from . import conditions
+from .release import UNMET_TYPE, reopen
+
+
+def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
+    """Count redriven jobs (id, workflow id) open again in their workflows and bring back the
+    dependents cancelled because of them; return how many dependents came back."""
+    counts: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for _, workflow_id in redriven:
+        if workflow_id is not None:
+            counts[workflow_id][Status.FAILED] += 1
+    jobs = Job.objects.using(alias)
+    edges = Dependency.objects.using(alias)
+    (blocked,) = transition(Status.CANCELLED, Status.BLOCKED)
+    frontier = [pk for pk, _ in redriven]
+    resumed = 0
+    while frontier:
+        dependents = edges.filter(prerequisite_id__in=frontier).values("job_id")
+        candidates = [
+            (pk, condition, workflow_id)
+            for pk, condition, workflow_id, errors in jobs.select_for_update()
+            .filter(id__in=dependents, status=Status.CANCELLED)
+            .order_by("id")
+            .values_list("id", "run_condition", "workflow_id", "errors")
+            if errors and errors[-1].get("type") == UNMET_TYPE
+        ]
+        standing: dict[int, list[str]] = collections.defaultdict(list)
+        for pk, status in edges.filter(job_id__in=[c[0] for c in candidates]).values_list(
+            "job_id", "prerequisite__status"
+        ):
+            standing[pk].append(status)
+        frontier = []
+        for pk, condition, workflow_id in candidates:
+            statuses = standing[pk]
+            waiting = sum(status in ACTIVE for status in statuses)
+            succeeded = statuses.count(Status.SUCCEEDED)
+            unmet = len(statuses) - waiting - succeeded > 0
+            if conditions.verdict(condition, waiting, succeeded, unmet) != conditions.Verdict.WAIT:
+                continue  # still cannot run (or nothing to wait for): it stays as it ended
+            jobs.filter(pk=pk, status=Status.CANCELLED).update(
+                status=blocked, waiting_on=waiting, prerequisites_succeeded=succeeded,
+                finished_at=None, cancel_requested_at=None,
+            )  # fmt: skip
+            if workflow_id is not None:
+                counts[workflow_id][Status.CANCELLED] += 1
+            frontier.append(pk)
+            resumed += 1
+    reopen(alias, counts)
+    return resumed
