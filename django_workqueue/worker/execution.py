@@ -78,6 +78,8 @@ def run(
             args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
         if task.spec.takes_context:
             args.insert(0, context)
+            if task.spec.is_async and job.workflow_id is not None:
+                context.dependencies  # read here: the event loop must not query synchronously
         if task.spec.atomic:
             return _run_atomic(task, job, context, driver, args), False
         if task.spec.is_async:
