@@ -79,7 +79,7 @@ def run(
         if task.spec.takes_context:
             args.insert(0, context)
             if task.spec.is_async and job.workflow_id is not None:
-                context.dependencies  # read here: the event loop must not query synchronously
+                _ = context.dependencies  # read now: the event loop must not query the database
         if task.spec.atomic:
             return _run_atomic(task, job, context, driver, args), False
         if task.spec.is_async:

@@ -1,8 +1,7 @@
 import pytest
 
-from django_workqueue import chain, group
-from django_workqueue.models import Job, Workflow
-from django_workqueue import operations
+from django_workqueue import chain, group, operations
+from django_workqueue.models import Job
 from testproject.testapp.tasks import add, collect, double, echo, fail_step, fan_out, total
 
 pytestmark = pytest.mark.django_db(transaction=True)

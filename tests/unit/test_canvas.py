@@ -56,7 +56,10 @@ def test_a_step_whose_arguments_do_not_fit_is_refused_naming_the_step():
 
 
 def test_steps_must_be_signatures_or_compositions():
-    with pytest.raises(InvalidOption, match=r"chain\(\) step 1 is <Task .*echo>, not a signature, chain or group \(call task\.s"):
+    with pytest.raises(
+        InvalidOption,
+        match=r"chain\(\) step 1 is <Task .*echo>, not a signature, chain or group \(call task\.s",
+    ):
         chain(echo.s(), echo)
     with pytest.raises(InvalidOption, match="at least one step"):
         chain()
