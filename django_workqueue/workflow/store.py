@@ -41,7 +41,7 @@ def write_workflow(step: Composition, *, name: str) -> Workflow:
     _, value = graph.add(step, [], None, "workflow")  # validates every step: nothing written
     alias = conf.DATABASE
     workflow = Workflow(name=name[:200])
-    if alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block:
+    if _deferred(alias):
         # The caller's transaction is on another database: write when (and if) it commits.
         transaction.on_commit(
             functools.partial(_write_workflow, alias, graph, value, workflow), DEFAULT_DB_ALIAS
@@ -67,6 +67,25 @@ def enqueue_with_dependencies(task: Task[..., Any], args: Any, kwargs: Any) -> J
     graph = Graph()
     graph.add(Signature(task, args, kwargs), [], None, task.name)
     alias = conf.DATABASE
+    if _deferred(alias):  # written when (and if) the caller's transaction commits
+        job = Job(task_name=task.name, status=Status.BLOCKED)
+        job.duplicate = False  # type: ignore[attr-defined]
+
+        def write() -> None:
+            written = _write_dependent(alias, graph)
+            job.__dict__.update(written.__dict__)
+
+        transaction.on_commit(write, DEFAULT_DB_ALIAS)
+        return job
+    return _write_dependent(alias, graph)
+
+
+def _deferred(alias: str) -> bool:
+    """Whether the caller writes inside a transaction of another database than the jobs'."""
+    return alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block
+
+
+def _write_dependent(alias: str, graph: Graph) -> Job:
     with transaction.atomic(using=alias):
         external = graph.nodes[0].external
         first = (
@@ -74,11 +93,11 @@ def enqueue_with_dependencies(task: Task[..., Any], args: Any, kwargs: Any) -> J
             .filter(id__in=external, workflow__isnull=False)
             .values_list("id", "workflow_id")
         )
-        joined = {pk: wf for pk, wf in first}
+        joined = dict(first)
         workflow_id = next((joined[pk] for pk in external if pk in joined), None)
         effects = Effects(alias)
         if workflow_id is None:
-            workflow = Workflow.objects.using(alias).create(name=task.name[:200])
+            workflow = Workflow.objects.using(alias).create(name=graph.nodes[0].template.task_name)
             workflow_id = workflow.pk
             ids = write_nodes(alias, graph, workflow_id, effects)
             effects.workflow(workflow_id).output = ids[0]

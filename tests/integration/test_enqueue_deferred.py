@@ -82,3 +82,33 @@ def test_a_free_unique_key_is_taken_at_commit(jobs_alias: str) -> None:
         job = add.using(unique_key="nightly").enqueue(3, 4)
     stored = Job.objects.using(jobs_alias).get(unique_key="nightly")
     assert (job.pk, job.duplicate) == (stored.pk, False)
+
+
+def test_a_workflow_is_written_at_the_callers_commit_or_not_at_all(jobs_alias: str) -> None:
+    from django_workqueue import chain
+    from django_workqueue.models import Workflow
+    from testproject.testapp.tasks import double
+
+    with pytest.raises(Rollback), transaction.atomic():
+        chain(add.s(1, 2), double.s()).enqueue()
+        raise Rollback
+    assert not Workflow.objects.using(jobs_alias).exists()
+    with transaction.atomic():
+        workflow = chain(add.s(1, 2), double.s()).enqueue()
+        assert workflow.pk is None
+        assert not Job.objects.using(jobs_alias).exists()
+    assert workflow.pk is not None
+    statuses = Job.objects.using(jobs_alias).filter(workflow_id=workflow.pk).order_by("id")
+    assert list(statuses.values_list("task_name", "status")) == [
+        (add.name, Status.READY), (double.name, Status.BLOCKED),
+    ]  # fmt: skip
+
+
+def test_a_job_with_dependencies_is_written_at_the_callers_commit(jobs_alias: str) -> None:
+    first = add.enqueue(1, 2)
+    with transaction.atomic():
+        job = add.using(depends_on=[first]).enqueue(3, 4)
+        assert job.pk is None
+    assert job.pk is not None and job.status == Status.BLOCKED
+    stored = Job.objects.using(jobs_alias).get(pk=job.pk)
+    assert (stored.waiting_on, stored.workflow_id) == (1, job.workflow_id)
