@@ -6,10 +6,12 @@ resumes from it), and deleting a finished workflow.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from django_workqueue import chain, group, operations, task
@@ -18,7 +20,7 @@ from django_workqueue.db import driver_for
 from django_workqueue.models import Dependency, Job, Workflow
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import describe_dependencies, echo, fail_step, flaky, record
-from tests.support.database import fresh, row_snapshot
+from tests.support.database import fresh, row_snapshot, sessions_waiting_for_a_lock
 from tests.support.settings import workqueue_settings
 from tests.support.waiting import wait_until
 from tests.support.workflows import (
@@ -254,6 +256,45 @@ def test_steps_added_by_a_running_job_of_a_cancelled_workflow_are_not_written(ba
     assert_counters_match_jobs(wf)
 
 
+@pytest.mark.postgres_only  # row locks and deadlock detection
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="engine bug: cancel_workflow locks the workflow row before its jobs' rows, the "
+    "reverse of the order in which a worker's completion takes them (workflow/release.py)",
+)
+def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_deadlock(
+    background_worker, hold_row, caplog
+):
+    wf = chain(echo.s(1), echo.s()).enqueue()
+    first, second = wf.jobs.order_by("id")
+    release_second = hold_row(second.pk)  # so that the completion stops at the dependent
+    background_worker(concurrency=1)
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
+    failures: list[BaseException] = []
+
+    def cancel() -> None:
+        try:
+            operations.cancel_workflow(wf)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
+    release_second.set()
+    canceller.join(30)
+
+    wait_until(lambda: statuses(first)[0] == "succeeded", message="the completion")
+    # Either side may be the one PostgreSQL aborts: the operator's call, or the worker's write.
+    assert failures == []
+    assert [r.getMessage() for r in caplog.records if "deadlock" in r.getMessage()] == []
+    assert statuses(second) == ["cancelled"]
+    assert_counters_match_jobs(wf)
+
+
 # --- redrive: the workflow resumes from the redriven step -------------------------------------
 
 
@@ -304,6 +345,27 @@ def test_redrive_leaves_a_dependent_cancelled_while_another_prerequisite_still_f
     drain()
     assert statuses(redriven, callback) == ["succeeded", "cancelled"]
     assert assert_counters_match_jobs(wf).status == "failed"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="engine bug: redrive moves a failed step to ready even while its prerequisites "
+    "are still open, so it runs before them (operations._redrive_rows)",
+)
+def test_redriving_a_step_failed_before_its_prerequisites_ended_waits_for_them_again(drain):
+    prerequisite = echo.using(delay=3600).enqueue("later")
+    step = describe_dependencies.using(depends_on=[prerequisite]).enqueue()
+    operations.fail_job(step, "rejected")
+
+    operations.redrive([step])
+    drain()
+
+    assert statuses(prerequisite, step) == ["scheduled", "blocked"]
+    assert fresh(step).waiting_on == 1
+    operations.retry_job(prerequisite)
+    drain()
+    assert fresh(step).result == [[echo.name, "succeeded", "later"]]
 
 
 # --- deleting a workflow -------------------------------------------------------------------
