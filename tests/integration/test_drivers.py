@@ -302,6 +302,56 @@ def test_lease_states_tell_a_finished_job_from_a_deleted_one():
     assert states == {running.pk: ("running", OWNER), finished.pk: ("succeeded", None)}
 
 
+# --- workflows: counting prerequisites' endings on their dependents ------------------------
+
+
+def test_count_down_counts_endings_on_blocked_rows_and_returns_each_as_it_is_now():
+    from django_workqueue.db import CountedDown
+    from django_workqueue.models import Workflow
+
+    workflow = Workflow.objects.create(name="w")
+    waits_for_three = JobFactory(
+        status="blocked", waiting_on=3, prerequisites_succeeded=1, workflow=workflow,
+        run_condition="all_finished", queue="mail",
+    )  # fmt: skip
+    waits_for_one = JobFactory(status="blocked", waiting_on=1)
+    later = JobFactory(
+        status="blocked", waiting_on=1, run_after=timezone.now() + dt.timedelta(hours=1)
+    )
+    with transaction.atomic():
+        counted = driver().count_down(
+            [(waits_for_three.pk, 2, 1), (waits_for_one.pk, 1, 0), (later.pk, 1, 1)]
+        )
+    assert sorted(counted, key=lambda row: row.id) == [
+        CountedDown(waits_for_three.pk, 1, 2, "all_finished", workflow.pk, True, "mail"),
+        CountedDown(waits_for_one.pk, 0, 0, "all_succeeded", None, True, "default"),
+        CountedDown(later.pk, 0, 1, "all_succeeded", None, False, "default"),
+    ]
+    rows = Job.objects.filter(pk__in=[waits_for_three.pk, waits_for_one.pk, later.pk])
+    assert sorted(rows.values_list("id", "waiting_on", "prerequisites_succeeded", "status")) == [
+        (waits_for_three.pk, 1, 2, "blocked"),
+        (waits_for_one.pk, 0, 0, "blocked"),  # the caller decides what happens next
+        (later.pk, 0, 1, "blocked"),
+    ]
+
+
+@pytest.mark.parametrize("status", ["ready", "scheduled", "running", "succeeded", "cancelled"])
+def test_count_down_leaves_rows_that_are_no_longer_blocked_alone(status):
+    gone = JobFactory(status=status, waiting_on=1)
+    blocked = JobFactory(status="blocked", waiting_on=2)
+    before = row_snapshot(gone)
+    counted = driver().count_down([(gone.pk, 1, 1), (blocked.pk, 1, 1)])
+    assert [row.id for row in counted] == [blocked.pk]
+    assert row_snapshot(gone) == before
+
+
+def test_count_down_of_nothing_or_of_a_missing_row_counts_nothing():
+    assert driver().count_down([]) == []
+    job = JobFactory(status="blocked", waiting_on=1)
+    Job.objects.filter(pk=job.pk).delete()
+    assert driver().count_down([(job.pk, 1, 0)]) == []
+
+
 def test_the_lock_timeout_is_recognised_only_by_the_vendor_that_has_one(vendor):
     from django.db import OperationalError
 

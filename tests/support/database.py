@@ -90,3 +90,13 @@ def listening() -> Iterator[Any]:
     with psycopg.connect(**params, autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANNEL}")
         yield listener
+
+
+def sessions_waiting_for_a_lock() -> int:
+    """How many sessions of the test database wait for a lock now. PostgreSQL only."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]

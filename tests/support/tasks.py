@@ -104,3 +104,29 @@ def raises_unstorable(context: Any) -> None:
     """Reports progress and fails with messages holding a NUL and a lone surrogate."""
     context.set_progress(1, 2, "row\x00one")
     raise ValueError("bad\x00byte and \ud800 surrogate")
+
+
+# --- workflows -----------------------------------------------------------------------------------
+
+
+def _described(context: Any) -> list[list[Any]]:
+    return [[d.task_name, d.status, d.result] for d in context.dependencies]
+
+
+@task
+def gather(context: Any, value: Any = None) -> dict[str, Any]:
+    """A chain step that returns the value it received and its prerequisites (task name,
+    status, result), in declared order."""
+    return {"value": value, "dependencies": _described(context)}
+
+
+@task(max_attempts=2, backoff=0)
+def adds_then_fails_once(context: Any, count: int) -> int:
+    """Adds ``count`` doubling steps at run time on every attempt; attempt 1 then fails."""
+    from testproject.testapp.tasks import double
+
+    for n in range(count):
+        context.add(double.s(n))
+    if context.attempt == 1:
+        raise ValueError("failed after adding steps")
+    return context.attempt
