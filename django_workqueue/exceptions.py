@@ -127,3 +127,13 @@ class MalformedArguments(WorkqueueError):
 
 class JobNotFinished(WorkqueueError, TimeoutError):
     """``Job.wait()`` timed out before the job reached a terminal status."""
+
+
+class DependencyFailed(WorkqueueError):
+    """Recorded on a job cancelled because its run condition can no longer be met (a
+    prerequisite failed or was cancelled); the error entry names the prerequisite."""
+
+
+class FailedExternally(WorkqueueError):
+    """Recorded on a job ended failed by ``operations.fail_job`` (an approval rejected, a
+    webhook's verdict), with the caller's reason as its message."""

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Case, Exists, F, OuterRef, QuerySet, Value, When
+from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
@@ -21,12 +21,13 @@ from . import payload
 from .conf import workqueue_settings as conf
 from .context import AbortReason
 from .db import Ended, driver_for
+from .exceptions import FailedExternally
 from .models import Job, Workflow
 from .payload import describe, storable_text
 from .registry import MAX_ATTEMPTS, registered_tasks
 from .states import ACTIVE, Status, transition
 from .workflow import release
-from .workflow.resume import resume
+from .workflow.resume import prerequisites_open, resume
 
 logger = logging.getLogger("django_workqueue.operations")
 
@@ -151,8 +152,19 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
     picked = list(rows.select_for_update().values_list("id", "workflow_id"))
     if not picked:
         return 0
-    count = rows.filter(id__in=[pk for pk, _ in picked]).update(
-        status=target,
+    ids = [pk for pk, _ in picked]
+    # A step redriven while some of its prerequisites are still open waits for them again.
+    waiting = prerequisites_open(rows.db, [pk for pk, wf in picked if wf is not None])
+    status: Any = target
+    if waiting:
+        (blocked,) = transition(Status.FAILED, Status.BLOCKED)
+        status = Case(
+            When(id__in=list(waiting), then=Value(blocked.value)), default=Value(target.value)
+        )
+    count = rows.filter(id__in=ids).update(
+        waiting_on=_per_job({pk: n for pk, (n, _) in waiting.items()}),
+        prerequisites_succeeded=_per_job({pk: ok for pk, (_, ok) in waiting.items()}),
+        status=status,
         max_attempts=F("attempt") + budget,
         run_after=Now(),
         deadline=_deadline_unless_passed(),
@@ -163,6 +175,13 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
     )
     resume(rows.db, picked)
     return count
+
+
+def _per_job(values: dict[int, int]) -> Any:
+    if not values:
+        return 0
+    whens = [When(id=pk, then=Value(n)) for pk, n in values.items()]
+    return Case(*whens, default=Value(0), output_field=IntegerField())
 
 
 def _deadline_unless_passed() -> Case:
@@ -277,7 +296,7 @@ def _finish(
     return OperationResult(action=verb, count=1, message=f"job {job_id} {verb} (was {status})")
 
 
-FAILED_EXTERNALLY = "django_workqueue.exceptions.FailedExternally"
+FAILED_EXTERNALLY = f"{FailedExternally.__module__}.{FailedExternally.__qualname__}"
 
 
 def _iso_now() -> str:
@@ -296,32 +315,50 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
     for source in waiting:
         transition(source, Status.CANCELLED)
-    with transaction.atomic(using=db):
-        if (
-            not Workflow.objects.using(db)
-            .filter(pk=workflow_id)
-            .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
-        ):
-            raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
-        stopping = list(
-            jobs.select_for_update().filter(status__in=waiting).values_list("id", flat=True)
-        )
-        jobs.filter(id__in=stopping, status__in=waiting).update(
-            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
-        )
-        running = list(
-            jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).values_list(
-                "id", flat=True
-            )
-        )
-        jobs.filter(id__in=running).update(cancel_requested_at=Now())
-        driver = driver_for(db)
-        for job_id in running:
-            driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
-        release.settle(db, [Ended(pk, Status.CANCELLED, workflow_id) for pk in stopping])
+    driver = driver_for(db)
+    for attempt in range(1, 4):
+        try:
+            stopping, running = _cancel_workflow(db, jobs, workflow_id, waiting)
+            break
+        except OperationalError as exc:
+            # Jobs are locked in id order, as every transaction that ends jobs takes them,
+            # and the workflow row last; a deadlock with a completion is still possible on
+            # a graph whose ids do not follow its edges (PostgreSQL aborts one side): retry.
+            if attempt == 3 or not driver.is_lock_timeout(exc):
+                raise
+            logger.info("cancel_workflow(%s): %s; trying again", workflow_id, exc)
     count = len(stopping) + len(running)
     return OperationResult(
         action="cancelled" if count else "unchanged", count=count,
         message=f"workflow {workflow_id}: {len(stopping)} waiting job(s) cancelled, "
         f"{len(running)} running job(s) asked to stop",
     )  # fmt: skip
+
+
+def _cancel_workflow(
+    db: str, jobs: QuerySet[Job], workflow_id: int, waiting: list[Status]
+) -> tuple[list[int], list[int]]:
+    with transaction.atomic(using=db):
+        active = list(
+            jobs.select_for_update()
+            .filter(status__in=ACTIVE)
+            .order_by("id")
+            .values_list("id", "status", "cancel_requested_at")
+        )
+        stopping = [pk for pk, status, _ in active if status in waiting]
+        running = [pk for pk, status, asked in active if status == Status.RUNNING and not asked]
+        jobs.filter(id__in=stopping, status__in=waiting).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        )
+        jobs.filter(id__in=running).update(cancel_requested_at=Now())
+        if (
+            not Workflow.objects.using(db)
+            .filter(pk=workflow_id)
+            .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
+        ):
+            raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
+        driver = driver_for(db)
+        for job_id in running:
+            driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
+        release.settle(db, [Ended(pk, Status.CANCELLED, workflow_id) for pk in stopping])
+    return stopping, running

@@ -211,13 +211,10 @@ class Task(Generic[P, R]):
         from .enqueue import enqueue_many
 
         if self.options.depends_on is not None:
-            from .workflow.canvas import Group
+            from .workflow.store import enqueue_many_with_dependencies
 
-            calls = list(calls)  # each waits for the same jobs; one workflow holds them all
-            group = Group(*(self.s(*_pair(self.name, i, c)[0], **_pair(self.name, i, c)[1])
-                            for i, c in enumerate(calls)))  # fmt: skip
-            workflow = group.enqueue(name=self.name)
-            return list(workflow.jobs.filter(pk__in=workflow.output or []).order_by("id"))
+            pairs = [_pair(self.name, index, call) for index, call in enumerate(calls)]
+            return enqueue_many_with_dependencies(self, pairs)
         return enqueue_many(self, calls)
 
 

@@ -39,8 +39,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
         {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.READY, Status.SCHEDULED}
     ),
     Status.SUCCEEDED: frozenset(),
-    # failed is the dead-letter queue; redrive moves a job back to ready.
-    Status.FAILED: frozenset({Status.READY}),
+    # failed is the dead-letter queue; redrive moves a job back to ready (or to blocked, when
+    # some of its prerequisites are still open: it waits for them again).
+    Status.FAILED: frozenset({Status.READY, Status.BLOCKED}),
     # cancelled -> blocked: a dependent cancelled because a prerequisite failed waits again
     # when that prerequisite is redriven (the workflow resumes from it).
     Status.CANCELLED: frozenset({Status.BLOCKED}),

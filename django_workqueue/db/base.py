@@ -383,8 +383,9 @@ class Driver(abc.ABC):
         return None
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a wait for a row lock (or a statement) that timed out: the
-        session is fine, the statement can be tried again later."""
+        """Whether ``exc`` is a wait for a row lock (or a statement) that timed out, or a
+        deadlock the database broke by aborting this side: the session is fine, the statement
+        can be tried again later."""
         return False
 
     @staticmethod

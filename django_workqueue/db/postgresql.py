@@ -31,8 +31,9 @@ logger = logging.getLogger("django_workqueue.db")
 CHANNEL = "django_workqueue"  # payload: a queue with new ready jobs
 ABORT_CHANNEL = "django_workqueue_abort"  # payload: "<job id>:<abort reason>"
 
-# lock_timeout and statement cancellation: the session is fine, the statement can be retried.
-_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014"})
+# lock_timeout, statement cancellation and a deadlock PostgreSQL broke by aborting this side:
+# the session is fine, the statement (its transaction) can be retried.
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014", "40P01"})
 
 # The database clock, unless a caller (a test) passes its own ``now`` parameter.
 CLOCK = "statement_timestamp()"

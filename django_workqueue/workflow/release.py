@@ -28,13 +28,14 @@ from django.utils import timezone
 
 from .. import wakeup
 from ..db import Driver, Ended, Outcome, Recorded, driver_for
+from ..exceptions import DependencyFailed
 from ..models import Dependency, Job, Workflow
 from ..states import RunCondition, Status, WorkflowStatus, transition
 from . import conditions
 
 logger = logging.getLogger("django_workqueue.workflow")
 
-UNMET_TYPE = "django_workqueue.exceptions.DependencyFailed"
+UNMET_TYPE = f"{DependencyFailed.__module__}.{DependencyFailed.__qualname__}"
 
 
 def record(

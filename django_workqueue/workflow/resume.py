@@ -13,6 +13,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
+from django.db.models import Count, Q
+
 from ..models import Dependency, Job
 from ..states import ACTIVE, Status, transition
 from . import conditions
@@ -64,3 +66,21 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
             resumed += 1
     reopen(alias, counts)
     return resumed
+
+
+def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """{job id: (prerequisites not finished, prerequisites succeeded)} for those of ``ids``
+    that still wait on some."""
+    if not ids:
+        return {}
+    rows = (
+        Dependency.objects.using(alias)
+        .filter(job_id__in=ids)
+        .values("job_id")
+        .annotate(
+            open=Count("id", filter=Q(prerequisite__status__in=ACTIVE)),
+            succeeded=Count("id", filter=Q(prerequisite__status=Status.SUCCEEDED)),
+        )
+        .values_list("job_id", "open", "succeeded")
+    )
+    return {pk: (n, ok) for pk, n, ok in rows if n > 0}

@@ -85,9 +85,39 @@ def _deferred(alias: str) -> bool:
     return alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block
 
 
+def enqueue_many_with_dependencies(task: Task[..., Any], calls: list[tuple[Any, Any]]) -> list[Job]:
+    """``task.using(depends_on=[...]).enqueue_many(...)``: each job waits for the same jobs and
+    joins the same workflow, as ``enqueue`` would."""
+    graph = Graph()
+    for index, (args, kwargs) in enumerate(calls):
+        graph.add(Signature(task, args, kwargs), [], None, f"{task.name} item {index}")
+    if not graph.nodes:
+        return []
+    alias = conf.DATABASE
+    if _deferred(alias):
+        raise InvalidOption(
+            f"{task.name}.using(depends_on=...).enqueue_many() inside a transaction of another "
+            f"database than the jobs database cannot be deferred to its commit; enqueue the jobs "
+            f"one by one, or after the commit"
+        )
+    ids = _write_dependents(alias, graph)
+    jobs = {job.pk: job for job in Job.objects.using(alias).filter(pk__in=ids)}
+    for job in jobs.values():
+        job.duplicate = False  # type: ignore[attr-defined]
+    return [jobs[pk] for pk in ids]
+
+
 def _write_dependent(alias: str, graph: Graph) -> Job:
+    job = Job.objects.using(alias).get(pk=_write_dependents(alias, graph)[0])
+    job.duplicate = False  # type: ignore[attr-defined]
+    return job
+
+
+def _write_dependents(alias: str, graph: Graph) -> list[int]:
+    """Write jobs that wait for existing jobs into the workflow of the first prerequisite that
+    has one, or into a new workflow."""
     with transaction.atomic(using=alias):
-        external = graph.nodes[0].external
+        external = list(dict.fromkeys(pk for node in graph.nodes for pk in node.external))
         first = (
             Job.objects.using(alias)
             .filter(id__in=external, workflow__isnull=False)
@@ -97,16 +127,14 @@ def _write_dependent(alias: str, graph: Graph) -> Job:
         workflow_id = next((joined[pk] for pk in external if pk in joined), None)
         effects = Effects(alias)
         if workflow_id is None:
-            workflow = Workflow.objects.using(alias).create(name=graph.nodes[0].template.task_name)
-            workflow_id = workflow.pk
+            name = graph.nodes[0].template.task_name
+            workflow_id = Workflow.objects.using(alias).create(name=name).pk
             ids = write_nodes(alias, graph, workflow_id, effects)
-            effects.workflow(workflow_id).output = ids[0]
+            effects.workflow(workflow_id).output = ids[0] if len(ids) == 1 else ids
         else:
             ids = write_nodes(alias, graph, workflow_id, effects)
         effects.apply()
-    job = Job.objects.using(alias).get(pk=ids[0])
-    job.duplicate = False  # type: ignore[attr-defined]
-    return job
+    return ids
 
 
 def write_nodes(alias: str, graph: Graph, workflow_id: int, effects: Effects) -> list[int]:

@@ -16,7 +16,7 @@ from django_workqueue.exceptions import InvalidOption
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Dependency, Job, Workflow
 from django_workqueue.workflow import release
-from testproject.testapp.tasks import describe_dependencies, discard_step, echo, fail_step
+from testproject.testapp.tasks import describe_dependencies, discard_step, double, echo, fail_step
 from tests.support.database import db_now, fresh
 from tests.support.factories import JobFactory
 from tests.support.tasks import gather
@@ -272,3 +272,14 @@ def test_a_bad_run_if_is_refused_and_nothing_is_written():
     with pytest.raises(InvalidOption, match="run_if"):
         echo.using(depends_on=[lone], run_if="sometimes").enqueue()
     assert Job.objects.count() == 1 and Workflow.objects.count() == 0
+
+
+def test_enqueue_many_with_depends_on_joins_the_prerequisites_workflow(drain):
+    wf = chain(echo.s(1), echo.s()).enqueue()
+    first = wf.jobs.order_by("id").first()
+    jobs = double.using(depends_on=[first]).enqueue_many([((1,), {}), ((2,), {})])
+    assert [job.workflow_id for job in jobs] == [wf.pk, wf.pk]
+    assert [job.status for job in jobs] == ["blocked", "blocked"]
+    drain()
+    assert [fresh(job).result for job in jobs] == [2, 4]
+    assert assert_counters_match_jobs(wf).counts["succeeded"] == 4

@@ -257,12 +257,6 @@ def test_steps_added_by_a_running_job_of_a_cancelled_workflow_are_not_written(ba
 
 
 @pytest.mark.postgres_only  # row locks and deadlock detection
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: cancel_workflow locks the workflow row before its jobs' rows, the "
-    "reverse of the order in which a worker's completion takes them (workflow/release.py)",
-)
 def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_deadlock(
     background_worker, hold_row, caplog
 ):
@@ -347,12 +341,6 @@ def test_redrive_leaves_a_dependent_cancelled_while_another_prerequisite_still_f
     assert assert_counters_match_jobs(wf).status == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: redrive moves a failed step to ready even while its prerequisites "
-    "are still open, so it runs before them (operations._redrive_rows)",
-)
 def test_redriving_a_step_failed_before_its_prerequisites_ended_waits_for_them_again(drain):
     prerequisite = echo.using(delay=3600).enqueue("later")
     step = describe_dependencies.using(depends_on=[prerequisite]).enqueue()

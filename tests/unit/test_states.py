@@ -67,7 +67,11 @@ def test_terminal_and_active_split_the_statuses():
 
 def test_terminal_statuses_are_left_only_by_redrive_and_the_resumption_it_causes():
     leaving = {(s, t) for s in TERMINAL for t in TRANSITIONS[s]}
-    assert leaving == {(Status.FAILED, Status.READY), (Status.CANCELLED, Status.BLOCKED)}
+    assert leaving == {
+        (Status.FAILED, Status.READY),
+        (Status.FAILED, Status.BLOCKED),
+        (Status.CANCELLED, Status.BLOCKED),
+    }
 
 
 def test_every_waiting_status_can_be_finished_from_outside_a_worker():
