@@ -25,3 +25,22 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"effect of job {self.job_id} attempt {self.attempt}"
+
+
+class WorkflowEffect(models.Model):
+    """Written inside an ``atomic=True`` workflow step's transaction (see the ``workflow_*``
+    tasks): the unique constraint makes a second effect of the same step of the same workflow
+    an error, so a step that took effect twice could not end succeeded."""
+
+    workflow_id = models.BigIntegerField()
+    step = models.CharField(max_length=50)
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_id", "step"], name="testapp_effect_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} of workflow {self.workflow_id} (job {self.job_id})"

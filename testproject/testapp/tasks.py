@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django_workqueue import Discard, Retry, Snooze, task
 
-from .models import Effect, LedgerEntry
+from .models import Effect, LedgerEntry, WorkflowEffect
 
 
 def _ledger(context, note=""):
@@ -350,3 +350,51 @@ def collect(context):
 @task
 def describe_dependencies(context):
     return [[d.task_name, d.status, d.result] for d in context.dependencies]
+
+
+# --- workflows under SIGKILLs (tests/acceptance/test_workflows_under_kills.py) ---------------
+# chain(workflow_begin, group(workflow_branch x 10), workflow_gather, workflow_finish). Each
+# attempt writes a "start" line to the chaos ledger (so the fault battery's checker can tell
+# re-runs after a kill from others); the last two steps write a WorkflowEffect row in their
+# completion transaction, at most one per (workflow, step) by a unique constraint. A 2 s lease
+# and no backoff: an attempt orphaned by a kill is taken over within seconds.
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=2)
+def workflow_begin(context, number, ledger, sleep=0.0):
+    chaos_ledger(ledger, "start", context)
+    if sleep:
+        time.sleep(sleep)
+    return number
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=2)
+def workflow_branch(context, value, index, ledger, sleep=0.0):
+    chaos_ledger(ledger, "start", context)
+    if sleep:
+        time.sleep(sleep)
+    return value + index
+
+
+def _workflow_effect(context, step, ledger, sleep):
+    """Writes the step's WorkflowEffect in the completion transaction (the caller is atomic)."""
+    chaos_ledger(ledger, "start", context)
+    WorkflowEffect.objects.create(
+        workflow_id=context.job.workflow_id, step=step, job_id=context.job_id,
+        attempt=context.attempt,
+    )  # fmt: skip
+    if sleep:
+        time.sleep(sleep)
+
+
+@task(atomic=True, max_attempts=20, backoff=0, lease_seconds=2)
+def workflow_gather(context, values, ledger, sleep=0.0):
+    """The fan-in: its value is the sum of the branches' values."""
+    _workflow_effect(context, "gather", ledger, sleep)
+    return sum(values)
+
+
+@task(atomic=True, max_attempts=20, backoff=0, lease_seconds=2)
+def workflow_finish(context, value, ledger, sleep=0.0):
+    _workflow_effect(context, "finish", ledger, sleep)
+    return value * 2
