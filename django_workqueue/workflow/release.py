@@ -212,6 +212,13 @@ class Effects:
         for pk, tally in self.workflows.items():
             if tally.output is not None or tally.replaced:
                 _set_output(workflows, pk, tally)
+        grown = [pk for pk, tally in self.workflows.items() if tally.opened]
+        if grown:
+            # A job joined a finished workflow (it named one of its jobs in depends_on): the
+            # workflow runs again, or, if the job ended at once, finishes anew just below.
+            workflows.filter(pk__in=grown, finished_at__isnull=False).update(
+                status=WorkflowStatus.RUNNING, finished_at=None, result=None
+            )
         finished = workflows.filter(pk__in=ids, open=0, finished_at__isnull=True)
         for workflow in finished.only("id", "failed", "cancelled", "output"):
             finish(self.alias, workflow)
