@@ -130,3 +130,10 @@ def adds_then_fails_once(context: Any, count: int) -> int:
     if context.attempt == 1:
         raise ValueError("failed after adding steps")
     return context.attempt
+
+
+@task
+def graph_node(*previous: Any, label: int = 0) -> int:
+    """A job of the workflow property test: no worker runs it (operations end it). It takes
+    any previous step's value; its label names its job in the graph the test drew."""
+    return label
