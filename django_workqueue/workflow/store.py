@@ -115,12 +115,18 @@ def _write_dependent(alias: str, graph: Graph) -> Job:
 
 def _write_dependents(alias: str, graph: Graph) -> list[int]:
     """Write jobs that wait for existing jobs into the workflow of the first prerequisite that
-    has one, or into a new workflow."""
+    has one (a finished workflow runs again; a cancelled one is never joined), or into a new
+    workflow."""
     with transaction.atomic(using=alias):
         external = list(dict.fromkeys(pk for node in graph.nodes for pk in node.external))
+        # A cancelled workflow stays cancelled: a job naming one of its jobs starts its own.
         first = (
             Job.objects.using(alias)
-            .filter(id__in=external, workflow__isnull=False)
+            .filter(
+                id__in=external,
+                workflow__isnull=False,
+                workflow__cancel_requested_at__isnull=True,
+            )
             .values_list("id", "workflow_id")
         )
         joined = dict(first)

@@ -283,3 +283,14 @@ def test_enqueue_many_with_depends_on_joins_the_prerequisites_workflow(drain):
     drain()
     assert [fresh(job).result for job in jobs] == [2, 4]
     assert assert_counters_match_jobs(wf).counts["succeeded"] == 4
+
+
+def test_a_job_naming_a_job_of_a_cancelled_workflow_starts_its_own_workflow(drain):
+    wf = chain(echo.s(1), echo.s()).enqueue()
+    first = wf.jobs.order_by("id").first()
+    operations.cancel_workflow(wf)
+    job = echo.using(depends_on=[first], run_if="all_finished").enqueue(2)
+    assert job.workflow_id != wf.pk
+    drain()
+    assert fresh(job).status == "succeeded"
+    assert assert_counters_match_jobs(wf).status == "cancelled"

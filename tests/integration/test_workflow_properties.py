@@ -232,7 +232,14 @@ def add_job(data: st.DataObject, model: Model, jobs: dict[int, dict[str, Any]]) 
         note(f"job {job.pk} = graph_node.using({options}).enqueue()")
         model.created(job.pk, [], RunCondition.ALL_SUCCEEDED, None)
         return
-    joined = next((model.workflow[p] for p in prerequisites if model.workflow[p]), None)
+    cancelled = set(
+        Workflow.objects.filter(cancel_requested_at__isnull=False).values_list("pk", flat=True)
+    )
+    joined = next(
+        (model.workflow[p] for p in prerequisites
+         if model.workflow[p] and model.workflow[p] not in cancelled),
+        None,
+    )  # fmt: skip
     if joined and Workflow.objects.filter(pk=joined, finished_at__isnull=False).exists():
         model.seen.add("a job joined a finished workflow")
     job = graph_node.using(depends_on=prerequisites, run_if=run_if, **options).enqueue(label=label)
