@@ -3,7 +3,8 @@
 * ``workflow_fanin``: ``group(noop.s(i) for i in range(N)).then(callback.s())`` (N = 1,000)
   enqueued to one running ``runworker --concurrency 8`` (every queue: the engine measurements'
   setting); the time from the enqueue (the workflow's ``created_at``) to the callback's start
-  (its ``started_at``), both on the database's clock; median of the repetitions.
+  (its ``started_at``), both on the database's clock; median of the repetitions. As a
+  yardstick, the same worker first drains N plain no-op jobs (enqueue to last end).
 * ``release_cost``: SQL statements per completed step, counted around the worker's completion
   (``workflow.release.record``) for successes of plain jobs, of chain steps (each releases its
   next step) and of a fan-in's members (the last releases the callback), in one batch and one
@@ -38,7 +39,8 @@ def workflow_fanin(system: System, sizes: Sizes, reps: int, log: Log) -> dict[st
         log(f"{system.name}: fan-out of {n:,} + fan-in: callback started "
             f"{run['to_callback_ms']:,.0f} ms after the enqueue (enqueue {run['enqueue_ms']:,.0f} "
             f"ms, members {run['members_ms']:,.0f} ms, last member to callback "
-            f"{run['release_ms']:,.1f} ms)")  # fmt: skip
+            f"{run['release_ms']:,.1f} ms); {n:,} plain jobs: {run['plain_ms']:,.0f} ms from "
+            f"enqueue to the last end, the members {run['to_last_member_ms']:,.0f} ms")  # fmt: skip
     detail = {"n": n, "setting": "runworker --concurrency 8, started before the enqueue"}
     prefix = _prefix(system)
 
@@ -48,6 +50,8 @@ def workflow_fanin(system: System, sizes: Sizes, reps: int, log: Log) -> dict[st
     return {
         f"{prefix}workflow_fanin": summary(each("to_callback_ms"), **detail),
         f"{prefix}workflow_fanin_enqueue": summary(each("enqueue_ms"), **detail),
+        f"{prefix}workflow_fanin_plain": summary(each("plain_ms"), **detail),
+        f"{prefix}workflow_fanin_to_last_member": summary(each("to_last_member_ms"), **detail),
         f"{prefix}workflow_fanin_members": summary(each("members_ms"), **detail),
         f"{prefix}workflow_fanin_release": summary(each("release_ms"), **detail),
     }

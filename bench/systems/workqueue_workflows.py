@@ -30,16 +30,29 @@ def _tasks() -> ModuleType:
 def client_workflow_fanin(n: int, timeout: float = 600.0) -> dict[str, Any]:
     """``group(noop.s(i) for i in range(n)).then(fanin_callback.s())`` against a running worker.
 
-    A warm-up job goes first, so that the worker is known to claim. Every time is read from
+    A warm-up job goes first, so that the worker is known to claim; then, as a yardstick, ``n``
+    plain no-op jobs (one ``enqueue_many``) drained by the same worker. Every time is read from
     the database (its clock): the workflow's ``created_at`` (the first statement of the
-    enqueue), the members' first start and last end, the callback's start.
+    enqueue), the members' first start and last end, the callback's start; the plain jobs'
+    ``enqueued_at`` and last end.
     """
     tasks = _tasks()
     from django.db.models import Max, Min
 
     from django_workqueue import group
+    from django_workqueue.models import Job
 
     tasks.noop.enqueue(-1).wait(timeout=60)
+    plain = tasks.noop.enqueue_many([((key,), {}) for key in range(n)])
+    ids = [job.pk for job in plain]
+    deadline = time.monotonic() + timeout
+    while Job.objects.filter(pk__in=ids).exclude(status="succeeded").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{n} plain jobs not drained in {timeout}s")
+        time.sleep(0.05)
+    span = Job.objects.filter(pk__in=ids).aggregate(
+        first=Min("enqueued_at"), last=Max("finished_at")
+    )
     started = time.perf_counter()
     workflow = group(tasks.noop.s(key) for key in range(n)).then(tasks.fanin_callback.s())
     workflow = workflow.enqueue(name="bench fan-in")
@@ -59,6 +72,8 @@ def client_workflow_fanin(n: int, timeout: float = 600.0) -> dict[str, Any]:
         return (later - earlier).total_seconds() * 1000
 
     return {
+        "plain_ms": ms(span["last"], span["first"]),
+        "to_last_member_ms": ms(members["last"], workflow.created_at),
         "to_callback_ms": ms(callback.started_at, workflow.created_at),
         "enqueue_ms": enqueue_ms,
         "to_first_member_ms": ms(members["first"], workflow.created_at),
