@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import engine_metrics, metrics, pgadmin, profiling, report
+from . import engine_metrics, metrics, pgadmin, profiling, report, workflow_metrics
 from .bootstrap import ROOT
 from .systems import PEERS, load
 from .systems.base import Options
@@ -27,6 +27,9 @@ from .systems.base import Options
 # What each system is measured on; a system none of the chosen metrics concerns is skipped.
 PEER_METRICS = frozenset({"enqueue", "drain", "latency"})
 WORKQUEUE_METRICS = PEER_METRICS | {"backlog", "sustained", "scaling", "profile"}
+
+# Measured on the engine databases (PostgreSQL, then SQLite): issue 8's and the workflows'.
+ENGINE_MEASUREMENTS = {**engine_metrics.MEASUREMENTS, **workflow_metrics.MEASUREMENTS}
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",
             "django-tasks", "django-tasks-db", "py-spy")  # fmt: skip
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.keep_dbs:
                 system.drop()
 
-    engine = [name for name in args.metrics if name in engine_metrics.MEASUREMENTS]
+    engine = [name for name in args.metrics if name in ENGINE_MEASUREMENTS]
     if engine and "workqueue" in args.systems:
         _measure_engine(engine, options, sizes, args, log, record, results["errors"])
         save()
@@ -222,7 +225,8 @@ def _measure_engine(
     record: Callable[[str, dict[str, Any]], None],
     errors: dict[str, str],
 ) -> None:
-    """The engine measurements, on PostgreSQL (``bench_wq_engine``) and then on SQLite.
+    """The engine and workflow measurements, on PostgreSQL (``bench_wq_engine``) and then on
+    SQLite.
 
     Each measurement is guarded on its own: one that fails is reported under "errors" and the
     others still run.
@@ -239,7 +243,7 @@ def _measure_engine(
                 continue
             for metric in engine:
                 try:
-                    measure = engine_metrics.MEASUREMENTS[metric]
+                    measure = ENGINE_MEASUREMENTS[metric]
                     record("workqueue", measure(system, sizes, args.reps, log))
                 except Exception as exc:
                     errors[f"{name}:{metric}"] = f"{type(exc).__name__}: {exc}"

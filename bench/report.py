@@ -49,6 +49,22 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "cancel_p50": ("cancel_job to context.cancelled, p50", "ms", "lower"),
     "cancel_p95": ("cancel_job to context.cancelled, p95", "ms", "lower"),
     "cancel_max": ("cancel_job to context.cancelled, max", "ms", "lower"),
+    "workflow_fanin": ("workflow: group of N no-ops .then(callback), enqueue to callback start",
+                       "ms", "lower"),
+    "workflow_fanin_to_last_member": ("workflow fan-in: enqueue to the last member's end", "ms",
+                                      "lower"),
+    "workflow_fanin_plain": ("the same number of plain no-ops: enqueue to the last end", "ms",
+                             "lower"),
+    "workflow_fanin_release": ("workflow fan-in: last member's end to callback start", "ms",
+                               "lower"),
+    "release_cost_plain": ("completion of a batch of plain jobs", "stmts/job", "lower"),
+    "release_cost_chain": ("completion of a batch of chain steps, each releasing one",
+                           "stmts/job", "lower"),
+    "release_cost_fanin": ("completion of a batch of a fan-in's members", "stmts/job", "lower"),
+    "release_cost_plain_singly": ("completion of plain jobs one by one", "stmts/job", "lower"),
+    "release_cost_chain_singly": ("completion of chain steps one by one", "stmts/job", "lower"),
+    "release_cost_fanin_singly": ("completion of a fan-in's members one by one", "stmts/job",
+                                  "lower"),
 }  # fmt: skip
 for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
     METRICS.update(

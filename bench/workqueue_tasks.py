@@ -19,3 +19,15 @@ def wait_for_cancel(context, key):
     if context.cancelled.wait(timeout=120):
         note("cancelled", key)
     context.raise_if_cancelled()
+
+
+@task(name="bench.step")
+def step(previous):
+    """A chain's next step: it receives the previous step's value."""
+    return previous
+
+
+@task(name="bench.fanin_callback")
+def fanin_callback(results):
+    """A fan-in callback (``group(...).then(fanin_callback.s())``): the members' results."""
+    return len(results)

@@ -24,6 +24,10 @@ from .workqueue import (  # noqa: F401 (client_* actions are found by name)
     client_unfinished,
     copy_job,
 )
+from .workqueue_workflows import (  # noqa: F401 (client_* actions are found by name)
+    client_release_cost,
+    client_workflow_fanin,
+)
 
 
 class WorkqueueEngine(Workqueue):

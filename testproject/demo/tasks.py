@@ -103,3 +103,57 @@ async def fetch_exchange_rates(currency):
 def purge_temp_files(context, older_than_days):
     time.sleep(0.05)
     return {"older_than_days": older_than_days, "removed": 0}
+
+
+# --- a workflow: launching a product (testproject/demo/launch.py builds and reports it) ----------
+
+
+@task(queue="default")
+def render_photo(sku, photo):
+    """One member of the fan-out: render one product photo."""
+    time.sleep(0.05)
+    return f"{sku}-{photo}.jpg"
+
+
+@task(queue="default")
+def build_gallery(photos, sku):
+    """The fan-in: a chord's callback receives the list of the renders' results, in order."""
+    return {"sku": sku, "photos": len(photos)}
+
+
+@task(queue="default", max_attempts=1)
+def auto_reject(sku):
+    """The approval step. A manager answers from outside any worker: ``complete_job`` approves
+    (its result goes to the next step), ``fail_job`` rejects. If nobody answers before its
+    delay runs out, it runs, and rejects the launch."""
+    raise Discard(f"{sku}: nobody approved the launch in time")
+
+
+@task(queue="default")
+def publish_product(inputs, sku):
+    """Runs once the gallery is built and the launch approved: ``inputs`` is [gallery, approval]."""
+    gallery, approval = inputs
+    time.sleep(0.05)
+    return f"{sku}: {gallery['photos']} photos, approved by {approval['approved_by']}"
+
+
+@task(queue="mail")
+def announce(context, published, subscribers):
+    """A fan-out decided at run time: one mail per subscriber, added to the workflow with
+    ``context.add`` (written only if this attempt succeeds). The next step waits for them."""
+    for email in subscribers:
+        context.add(notify_subscriber.s(email))
+    return len(subscribers)
+
+
+@task(queue="mail")
+def notify_subscriber(email):
+    time.sleep(0.05)
+    return email
+
+
+@task(queue="default")
+def close_launch(context, announced, sku):
+    """The last step: it waited for ``announce`` and for every mail it added."""
+    mailed = [d.result for d in context.dependencies if d.task_name.endswith("notify_subscriber")]
+    return {"sku": sku, "announced": announced, "mailed": len(mailed)}

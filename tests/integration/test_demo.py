@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_workqueue.models import Job
+from django_workqueue.models import Dependency, Job, Workflow
 from testproject.demo.management.commands.demo import PREFIX
 
 
@@ -22,10 +22,10 @@ def test_demo_runs_every_job_to_a_terminal_status() -> None:
     call_command("demo", "--quick", "--concurrency", "3", stdout=out)
 
     jobs = Job.objects.filter(task_name__startswith=PREFIX)
-    assert jobs.count() == 15
+    assert jobs.count() == 25  # 15 jobs, and a workflow of 8 that adds 2 at run time
     assert not jobs.active().exists()
     assert Counter(jobs.values_list("status", flat=True)) == {
-        "succeeded": 11,
+        "succeeded": 21,
         "failed": 2,
         "cancelled": 2,
     }
@@ -77,10 +77,55 @@ def test_demo_runs_every_job_to_a_terminal_status() -> None:
     assert "rows stored = 0" in text
     assert "enqueued twice with one unique_key -> the same job" in text
     assert "Summary" in text
-    assert "  total                          15         11          2          2" in text
+    assert "  total                          25         21          2          2" in text
     assert "Dead-letter queue: 2 failed job(s)" in text
     assert "Discard: contact 4711 was deleted upstream" in text
-    assert "15 of 15 jobs finished in" in text
+    assert "25 of 25 jobs finished in" in text
+
+
+def _steps(workflow: Workflow, task: str) -> list[Job]:
+    return list(workflow.jobs.filter(task_name=PREFIX + task).order_by("id"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_workflow_fans_out_fans_in_and_waits_for_the_approval() -> None:
+    out = StringIO()
+    call_command("demo", "--quick", "--concurrency", "3", stdout=out)
+
+    (workflow,) = Workflow.objects.all()
+    assert (workflow.status, workflow.counts) == (
+        "succeeded", {"total": 10, "open": 0, "succeeded": 10, "failed": 0, "cancelled": 0},
+    )  # fmt: skip
+    renders = _steps(workflow, "render_photo")
+    (gallery,) = _steps(workflow, "build_gallery")
+    (approval,) = _steps(workflow, "auto_reject")
+    (publish,) = _steps(workflow, "publish_product")
+    (close,) = _steps(workflow, "close_launch")
+    # Fan-in: the chord's callback received the three renders' results, as a list.
+    assert [r.status for r in renders] == ["succeeded"] * 3
+    assert Dependency.objects.filter(job=gallery).count() == 3
+    assert gallery.result == {"sku": "sku-42", "photos": 3}
+    # The approval never ran: complete_job ended it with the manager's answer, and that
+    # released publish_product, which started only then and received both values.
+    assert (approval.status, approval.attempt, approval.result) == (
+        "succeeded", 0, {"approved_by": "demo manager"},
+    )  # fmt: skip
+    assert publish.started_at >= approval.finished_at
+    assert publish.result == "sku-42: 3 photos, approved by demo manager"
+    edges = Dependency.objects.filter(job=publish).order_by("position")
+    assert [e.prerequisite_id for e in edges] == [gallery.pk, approval.pk]
+    # Run-time fan-out: announce added two mails; the last step waited for them too.
+    mails = _steps(workflow, "notify_subscriber")
+    assert [m.result for m in mails] == ["fan1@example.com", "fan2@example.com"]
+    waited = Dependency.objects.filter(job=close).order_by("position")
+    assert [e.prerequisite_id for e in waited][1:] == [m.pk for m in mails]
+    assert workflow.result == close.result == {"sku": "sku-42", "announced": 2, "mailed": 2}
+
+    text = out.getvalue()
+    assert f"complete_job(#{approval.pk} auto_reject" in text
+    assert f"publish_product #{publish.pk} is ready now" in text
+    assert f'Workflow #{workflow.pk} "launch sku-42": succeeded' in text
+    assert f"#{publish.pk:<5}publish_product    succeeded  #{gallery.pk} #{approval.pk}" in text
 
 
 @pytest.mark.django_db(transaction=True)
@@ -94,9 +139,10 @@ def test_demo_starts_from_a_clean_slate_and_leaves_other_jobs_alone() -> None:
     out = StringIO()
     call_command("demo", "--quick", stdout=out)
 
-    assert "Removed 15 job(s) left by an earlier demo run." in out.getvalue()
+    assert "Removed 25 job(s) left by an earlier demo run." in out.getvalue()
     second_ids = set(Job.objects.filter(task_name__startswith=PREFIX).values_list("id", flat=True))
-    assert len(second_ids) == 15
+    assert len(second_ids) == 25
+    assert Workflow.objects.count() == 1  # the earlier run's workflow went with its jobs
     assert not first_ids & second_ids
     other.refresh_from_db()
     assert (other.status, other.attempt) == ("scheduled", 0)

@@ -1,7 +1,9 @@
-"""``manage.py demo``: enqueue a realistic mix of jobs, run them with ``runworker --burst``, report.
+"""``manage.py demo``: enqueue a realistic mix of jobs and a workflow, run them with
+``runworker --burst``, report.
 
 The demo works on the project's own database (``WORKQUEUE["DATABASE"]``; SQLite by default). It
-deletes the jobs of an earlier demo run first, so every run starts from the same state.
+deletes the jobs and workflows of an earlier demo run first, so every run starts from the same
+state. The workflow (a fan-out, a fan-in and an approval) is in ``testproject/demo/launch.py``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from django.utils import timezone
 
 from django_workqueue.conf import workqueue_settings as conf
 from django_workqueue.management.commands.runworker import positive_int
-from django_workqueue.models import Job
+from django_workqueue.models import Job, Workflow
 from django_workqueue.operations import cancel_job
-from testproject.demo import tasks
+from testproject.demo import launch, tasks
 
 PREFIX = f"{tasks.__name__}."
-STATUSES = ("scheduled", "ready", "running", "succeeded", "failed", "cancelled")
+STATUSES = ("blocked", "scheduled", "ready", "running", "succeeded", "failed", "cancelled")
 
 
 def demo_jobs(alias: str) -> QuerySet[Job]:
@@ -164,12 +166,13 @@ class Monitor(threading.Thread):
 class Command(BaseCommand):
     help = (
         "Enqueue about 40 demo jobs (retries, a delayed report, a dead letter, a cancellation, "
-        "an async task) and run them with runworker --burst until every job has finished."
+        "an async task) and a workflow (fan-out, fan-in, an approval), and run them with "
+        "runworker --burst until every job has finished."
     )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--quick", action="store_true",
-                            help="A smaller mix (15 jobs), for tests.")  # fmt: skip
+                            help="A smaller mix (25 jobs), for tests.")  # fmt: skip
         parser.add_argument("--concurrency", type=positive_int, default=4,
                             help="Slots of the demo's worker. Default 4.")  # fmt: skip
         parser.add_argument("--timeout", type=float, default=120.0,
@@ -183,12 +186,21 @@ class Command(BaseCommand):
         db = connections[alias]
         where = db.settings_dict["NAME"]
         self.stdout.write(f"django-workqueue demo on {db.vendor} ({where})")
-        removed, _ = demo_jobs(alias).delete()
+        removed = demo_jobs(alias).count()
+        # Deleting a workflow deletes its jobs and their edges.
+        Workflow.objects.using(alias).filter(pk__in=demo_jobs(alias).values("workflow_id")).delete()
+        demo_jobs(alias).delete()
         if removed:
             self.stdout.write(f"Removed {removed} job(s) left by an earlier demo run.")
 
         self.stdout.write("\nEnqueueing:")
         export_id = self._enqueue(alias)
+        self.workflow = launch.enqueue(alias, self.quick)
+        mails = len(launch.subscribers(self.quick))
+        self.stdout.write(
+            f"  {self.workflow.total:2d} x workflow {self.workflow.name!r}: fan-out, fan-in (a "
+            f"chord), an approval 2 h ahead; adds {mails} mails at run time"
+        )
         total = demo_jobs(alias).count()
         self.stdout.write(f"  = {total} jobs\n")
 
@@ -309,6 +321,7 @@ class Command(BaseCommand):
             )
             if not left:
                 return
+            launch.approve_when_ready(alias, self.workflow, self.printer.event)
             if time.monotonic() > give_up_at:
                 raise CommandError(f"{left} demo job(s) still unfinished; giving up")
             due = unfinished.filter(status__in=["scheduled", "ready"]).order_by("run_after")
@@ -374,6 +387,8 @@ class Command(BaseCommand):
                     f"{job.progress_total} (its attempt {job.attempt})"
                 )
                 write(f"  #{job.pk:<4} {short(job.task_name):<18} {when}")
+
+        launch.report(alias, self.workflow, write)
 
         unfinished = sum(1 for job in rows if not job.is_finished)
         finished = len(rows) - unfinished
