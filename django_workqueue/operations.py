@@ -35,7 +35,8 @@ logger = logging.getLogger("django_workqueue.operations")
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class OperationResult:
     action: str
-    """What was done: "cancelled", "cancel_requested", "redriven", "retried" or "unchanged"."""
+    """What was done: "cancelled", "cancel_requested", "redriven", "retried", "completed",
+    "failed" or "unchanged"."""
     count: int
     message: str
 
