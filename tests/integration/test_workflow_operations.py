@@ -421,7 +421,6 @@ def ending_held_open(job: Job) -> tuple[threading.Event, threading.Thread, list[
 
 
 @pytest.mark.postgres_only  # a concurrent ending not yet committed: row locks decide
-@pytest.mark.xfail(strict=True, reason="redrive reads prerequisites' statuses without locks")
 @pytest.mark.parametrize("waits_on", ["the redriven step", "a step it brings back"])
 def test_redrive_counts_a_prerequisite_that_ends_while_it_runs(drain, waits_on):
     other = echo.using(delay=3600).enqueue("other")  # its ending races the redrive
