@@ -463,7 +463,6 @@ def adds_when_told(context: Any) -> str:
 
 
 @pytest.mark.postgres_only  # the cancellation's snapshot against a completion's commit
-@pytest.mark.xfail(strict=True, reason="cancel_workflow misses steps committed during its scan")
 def test_cancel_workflow_cancels_steps_added_by_a_completion_that_commits_while_it_runs(
     background_worker, hold_row
 ):
