@@ -260,10 +260,12 @@ def test_steps_added_by_a_running_job_of_a_cancelled_workflow_are_not_written(ba
 def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_deadlock(
     background_worker, hold_row, caplog
 ):
-    wf = chain(echo.s(1), echo.s()).enqueue()
+    # The second step is of a queue the worker does not serve: released, it is not claimed
+    # before the cancellation reaches it.
+    wf = chain(echo.s(1), echo.using(queue="low").s()).enqueue()
     first, second = wf.jobs.order_by("id")
     release_second = hold_row(second.pk)  # so that the completion stops at the dependent
-    background_worker(concurrency=1)
+    background_worker(concurrency=1, queues=["default"])
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
     failures: list[BaseException] = []
 
