@@ -340,12 +340,22 @@ def _cancel_workflow(
     db: str, jobs: QuerySet[Job], workflow_id: int, waiting: list[Status]
 ) -> tuple[list[int], list[int]]:
     with transaction.atomic(using=db):
-        active = list(
-            jobs.select_for_update()
-            .filter(status__in=ACTIVE)
-            .order_by("id")
-            .values_list("id", "status", "cancel_requested_at")
-        )
+        # A running step that ends while this scan waits for its row commits the steps it
+        # added in rows the scan's snapshot cannot see: scan again until nothing is new. Once
+        # a scan finds nothing new, every open step is locked here, so no step can end and
+        # add more before this transaction commits (and then the workflow says cancelled).
+        seen: set[int] = set()
+        while True:
+            active = list(
+                jobs.select_for_update()
+                .filter(status__in=ACTIVE)
+                .order_by("id")
+                .values_list("id", "status", "cancel_requested_at")
+            )
+            ids = {pk for pk, _, _ in active}
+            if ids <= seen:
+                break
+            seen |= ids
         stopping = [pk for pk, status, _ in active if status in waiting]
         running = [pk for pk, status, asked in active if status == Status.RUNNING and not asked]
         jobs.filter(id__in=stopping, status__in=waiting).update(

@@ -6,6 +6,11 @@ recounted from their prerequisites as they stand. One whose condition still cann
 (another prerequisite failed too, or an operator cancelled one) stays cancelled. A job an
 operator cancelled is never brought back: only cancellations whose reason is an unmet run
 condition are undone.
+
+Counters are recounted from the prerequisites' statuses read under their row locks. A
+prerequisite ending concurrently counts its ending only on dependents that are blocked when it
+commits, so it must be either seen ended here (this transaction waits for its commit) or end
+after this one commits (it waits for the lock), when the dependent is blocked again.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
             .values_list("id", "run_condition", "workflow_id", "errors")
             if errors and errors[-1].get("type") == UNMET_TYPE
         ]
+        _lock_prerequisites(alias, [c[0] for c in candidates])
         standing: dict[int, list[str]] = collections.defaultdict(list)
         for pk, status in edges.filter(job_id__in=[c[0] for c in candidates]).values_list(
             "job_id", "prerequisite__status"
@@ -73,6 +79,7 @@ def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, i
     that still wait on some."""
     if not ids:
         return {}
+    _lock_prerequisites(alias, ids)
     rows = (
         Dependency.objects.using(alias)
         .filter(job_id__in=ids)
@@ -84,3 +91,13 @@ def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, i
         .values_list("job_id", "open", "succeeded")
     )
     return {pk: (n, ok) for pk, n, ok in rows if n > 0}
+
+
+def _lock_prerequisites(alias: str, dependents: Sequence[int]) -> None:
+    """Lock the prerequisites of ``dependents`` (in id order) so that their statuses, read
+    next, cannot change before this transaction commits."""
+    if not dependents:
+        return
+    prerequisites = Dependency.objects.using(alias).filter(job_id__in=dependents)
+    locked = Job.objects.using(alias).select_for_update().order_by("id")
+    list(locked.filter(id__in=prerequisites.values("prerequisite_id")).values_list("id"))

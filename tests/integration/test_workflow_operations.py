@@ -260,10 +260,12 @@ def test_steps_added_by_a_running_job_of_a_cancelled_workflow_are_not_written(ba
 def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_deadlock(
     background_worker, hold_row, caplog
 ):
-    wf = chain(echo.s(1), echo.s()).enqueue()
+    # The second step is of a queue the worker does not serve: released, it is not claimed
+    # before the cancellation reaches it.
+    wf = chain(echo.s(1), echo.using(queue="low").s()).enqueue()
     first, second = wf.jobs.order_by("id")
     release_second = hold_row(second.pk)  # so that the completion stops at the dependent
-    background_worker(concurrency=1)
+    background_worker(concurrency=1, queues=["default"])
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
     failures: list[BaseException] = []
 
@@ -380,3 +382,108 @@ def test_deleting_a_finished_workflow_deletes_its_jobs_and_edges_and_nothing_els
 def fresh_workflow(wf: Workflow) -> Workflow:
     wf.refresh_from_db()
     return wf
+
+
+# --- operations racing a concurrent ending (PostgreSQL: row locks, READ COMMITTED) ------------
+
+
+def in_another_session(body: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``body`` on a thread (its own connection); return the thread and what it raised."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, failures
+
+
+def ending_held_open(job: Job) -> tuple[threading.Event, threading.Thread, list[BaseException]]:
+    """Complete ``job`` in another session's transaction, kept open until the returned event
+    is set: the ending is written (its row locked) but not yet visible to other sessions."""
+    from django.db import transaction
+
+    written, commit = threading.Event(), threading.Event()
+
+    def body() -> None:
+        with transaction.atomic():
+            operations.complete_job(job, "done elsewhere")
+            written.set()
+            assert commit.wait(30)
+
+    thread, failures = in_another_session(body)
+    assert written.wait(10)
+    return commit, thread, failures
+
+
+@pytest.mark.postgres_only  # a concurrent ending not yet committed: row locks decide
+@pytest.mark.parametrize("waits_on", ["the redriven step", "a step it brings back"])
+def test_redrive_counts_a_prerequisite_that_ends_while_it_runs(drain, waits_on):
+    other = echo.using(delay=3600).enqueue("other")  # its ending races the redrive
+    if waits_on == "the redriven step":
+        step = echo.using(depends_on=[other]).enqueue("step")
+        operations.fail_job(step, "rejected")  # failed while still waiting for `other`
+        waiting = step
+    else:
+        step = echo.using(delay=3600).enqueue("step")
+        waiting = echo.using(depends_on=[step, other]).enqueue("dependent")
+        operations.fail_job(step, "rejected")
+        assert statuses(waiting) == ["cancelled"]
+    commit, ender, ender_failed = ending_held_open(other)
+
+    redriver, redrive_failed = in_another_session(lambda: operations.redrive([step]))
+    wait_until(
+        lambda: not redriver.is_alive() or sessions_waiting_for_a_lock() == 1,
+        message="the redrive to end or to wait for the ending's lock",
+    )
+    commit.set()
+    ender.join(30)
+    redriver.join(30)
+    assert (ender_failed, redrive_failed) == ([], [])
+
+    drain()
+    # `other` ended (committed) around the redrive: counted once, never lost.
+    assert statuses(other, step, waiting) == ["succeeded", "succeeded", "succeeded"]
+    assert_counters_match_jobs(fresh(waiting).workflow_id)
+
+
+proceed = threading.Event()
+
+
+@task(max_attempts=1, lease_seconds=60)
+def adds_when_told(context: Any) -> str:
+    """Adds a step (due in an hour: no worker takes it), then returns when told to."""
+    context.add(record.using(delay=3600).s("added"))
+    assert proceed.wait(30)
+    return "added one"
+
+
+@pytest.mark.postgres_only  # the cancellation's snapshot against a completion's commit
+def test_cancel_workflow_cancels_steps_added_by_a_completion_that_commits_while_it_runs(
+    background_worker, hold_row
+):
+    proceed.clear()
+    wf = group(echo.using(delay=3600).s("waiting"), adds_when_told.s()).enqueue()
+    waiting, parent = wf.jobs.order_by("id")
+    background_worker(concurrency=1)
+    wait_until(lambda: statuses(parent) == ["running"], message="the parent to start")
+    release_waiting = hold_row(waiting.pk)  # the cancellation stops at the first step's row
+    canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(wf))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the cancellation to wait")
+
+    proceed.set()  # the parent succeeds and its added step is written
+    wait_until(lambda: wf.jobs.count() == 3, message="the added step to be written")
+    release_waiting.set()
+    canceller.join(30)
+    assert cancel_failed == []
+
+    [added] = wf.jobs.exclude(pk__in=[waiting.pk, parent.pk])
+    # The workflow was cancelled after the step was written: it is cancelled with the others.
+    assert statuses(waiting, parent, added) == ["cancelled", "succeeded", "cancelled"]
+    assert_counters_match_jobs(wf)
