@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from .. import wakeup
 from ..conf import workqueue_settings as conf
-from ..db import Expired, driver_for
+from ..db import Ended, Expired, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -48,16 +48,17 @@ class Reaper(Service):
         with transaction.atomic(using=self.alias):
             expired = driver.expired_leases(_BATCH, now)  # locked until the writes commit
             reaped: list[Expired] = []
+            ended: list[Ended] = []
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
             for owner, rows in by_owner:
                 batch = list(rows)
-                outcomes = [lease_expired(row) for row in batch]
-                recorded = driver.record_many(owner, outcomes)
-                # A job whose attempts are spent ends here: its dependents and workflow learn
-                # of it in this transaction.
-                release.after_recorded(self.alias, outcomes, recorded)
-                written = recorded.written
-                reaped += [row for row in batch if (row.id, row.attempt) in written]
+                recorded = driver.record_many(owner, [lease_expired(row) for row in batch])
+                ended += recorded.ended
+                reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
+            # A job whose attempts are spent ends here: its dependents and workflow learn of it
+            # in this transaction, once every owner's jobs are written (the lock order: jobs,
+            # then their dependents, then workflows).
+            release.settle(self.alias, ended)
             # Jobs back in ready wake the workers of their queues (not those that ended).
             queues = {row.queue for row in reaped if not lease_expired(row).spent}
             driver.notify(queues)

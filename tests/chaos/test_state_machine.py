@@ -8,9 +8,9 @@ writes (``Completer``, i.e. ``Driver.record_many``); the graceful-shutdown relea
 body returned as they were released); the maintenance services as the worker calls them
 (``reaper.run_once``, ``promoter.run_once``) and one promotion batch (``Driver.promote``);
 enqueue through ``Task.using().enqueue``; ``cancel_job``, ``redrive`` and ``retry_job`` from
-``operations.py``. An owner may *crash*: it stops renewing and claiming, but its jobs stay in
-its hands, so a later step can let it wake (like a SIGSTOPped worker resumed) and try to write
-a late outcome or progress.
+``django_workqueue.operations``. An owner may *crash*: it stops renewing and claiming, but its
+jobs stay in its hands, so a later step can let it wake (like a SIGSTOPped worker resumed) and
+try to write a late outcome or progress.
 
 A plain model predicts every step. Jobs waiting for a later time are ``scheduled`` (a delayed
 enqueue, a retry or snooze with a delay) and only the promoter makes them ``ready``; claims take

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 from django_workqueue.exceptions import WorkqueueError
-from django_workqueue.operations import FAILED_EXTERNALLY
+from django_workqueue.operations.workflows import FAILED_EXTERNALLY
 from django_workqueue.workflow.release import UNMET_TYPE
 
 

@@ -1,0 +1,19 @@
+"""Operations on jobs and workflows: the one implementation that the admin, the API, realtime
+and the CLI call.
+
+Each operation is a guarded conditional UPDATE whose row count says what happened, and returns
+an ``OperationResult`` naming it; losing a race is reported, never raised.
+"""
+
+from .jobs import OperationResult, cancel_job, redrive, retry_job
+from .workflows import cancel_workflow, complete_job, fail_job
+
+__all__ = [
+    "OperationResult",
+    "cancel_job",
+    "cancel_workflow",
+    "complete_job",
+    "fail_job",
+    "redrive",
+    "retry_job",
+]

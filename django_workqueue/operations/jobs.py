@@ -1,0 +1,249 @@
+"""Operations on single jobs and sets of jobs: cancel, redrive, retry."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, QuerySet, Value, When
+from django.db.models.functions import Now
+
+from ..conf import workqueue_settings as conf
+from ..context import AbortReason
+from ..db import Ended, driver_for
+from ..models import Job
+from ..payload import describe
+from ..registry import MAX_ATTEMPTS, registered_tasks
+from ..states import ACTIVE, Status, transition
+from ..workflow import release
+from ..workflow.resume import prerequisites_open, resume
+
+logger = logging.getLogger("django_workqueue.operations")
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OperationResult:
+    action: str
+    """What was done: "cancelled", "cancel_requested", "redriven", "retried", "completed",
+    "failed" or "unchanged"."""
+    count: int
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+def _jobs(alias: str | None) -> QuerySet[Job]:
+    return Job.objects.using(alias or conf.DATABASE)
+
+
+def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
+    """Cancel a job: a waiting job never runs; a running one is asked to stop.
+
+    A running job's ``context.cancelled`` is set with ``abort_reason == "cancel_requested"``
+    — on PostgreSQL at once (a NOTIFY delivered when this transaction commits), elsewhere at
+    its worker's next heartbeat — and the job ends ``cancelled`` (never retried) however its
+    attempt ends, unless it succeeds.
+    """
+    job_id = job.pk if isinstance(job, Job) else job
+    jobs = _jobs(alias).filter(pk=job_id)
+    for _ in range(3):  # the job may move between our guarded updates; each try re-reads
+        waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
+        for source in waiting:
+            transition(source, Status.CANCELLED)
+        if _retrying(jobs.db, f"cancel_job({job_id})", lambda: _cancel_waiting(jobs, job_id)):
+            return OperationResult(action="cancelled", count=1, message=f"job {job_id} cancelled")
+        if jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=Now()
+        ):
+            driver_for(jobs.db).notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
+            return OperationResult(
+                action="cancel_requested", count=1,
+                message=f"job {job_id} is running; its worker has been asked to stop it",
+            )  # fmt: skip
+        status = jobs.values_list("status", flat=True).first()
+        if status is None:
+            raise Job.DoesNotExist(f"there is no job {job_id}")
+        if status == Status.RUNNING:
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id}: cancellation already requested"
+            )
+        if status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id} already finished ({status})"
+            )
+    return OperationResult(action="unchanged", count=0, message=f"job {job_id} kept changing")
+
+
+def _cancel_waiting(jobs: QuerySet[Job], job_id: int) -> bool:
+    """Cancel the job if it is waiting; its dependents learn of it in the same transaction."""
+    with transaction.atomic(using=jobs.db):
+        if not jobs.filter(status__in=_WAITING).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        ):
+            return False
+        workflow_id = jobs.values_list("workflow_id", flat=True).first()
+        release.settle(jobs.db, [Ended(job_id, Status.CANCELLED, workflow_id)])
+    return True
+
+
+_WAITING = (Status.BLOCKED, Status.SCHEDULED, Status.READY)
+
+
+def _retrying(db: str, what: str, write: Callable[[], T]) -> T:
+    """Run ``write`` (one transaction that ends jobs) again when the database aborted it to
+    break a deadlock: nothing of it was kept. Jobs are locked in id order and workflows last,
+    as every completion does, but a graph whose ids do not follow its edges (a continuation,
+    ``depends_on`` on an older job) can still meet a completion in the other order."""
+    driver = driver_for(db)
+    for attempt in range(1, 4):
+        try:
+            return write()
+        except OperationalError as exc:
+            if attempt == 3 or not driver.is_lock_timeout(exc):
+                raise
+            logger.info("%s: %s; trying again", what, exc)
+    raise AssertionError("unreachable")
+
+
+def redrive(
+    jobs: QuerySet[Job] | Iterable[Job | int] | None = None,
+    *,
+    alias: str | None = None,
+    attempts: int | None = None,
+) -> OperationResult:
+    """Move failed jobs (the dead-letter queue) back to ready with a fresh attempt budget.
+
+    ``jobs`` is a queryset (a filter), job ids or jobs; None means every failed job. The error
+    history is kept and the attempt number keeps counting up; the budget is ``attempts`` more
+    attempts, or the task's ``max_attempts``.
+
+    >>> redrive(Job.objects.filter(task_name="billing.tasks.charge"))
+    """
+    if attempts is not None and (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not 1 <= attempts <= MAX_ATTEMPTS
+    ):
+        raise ValueError(
+            f"attempts must be a positive integer of at most {MAX_ATTEMPTS:,}, "
+            f"got {describe(attempts)}"
+        )
+    (target,) = transition(Status.FAILED, Status.READY)
+    failed = _select(jobs, alias).filter(status=Status.FAILED)
+    # A failed job whose unique key another active job of its task holds stays failed:
+    # redriving it would break the key's promise (and the unique index would refuse it).
+    holder = Job.objects.filter(
+        task_name=OuterRef("task_name"), unique_key=OuterRef("unique_key"), status__in=ACTIVE
+    )
+    selection = failed.exclude(Exists(holder))
+    tasks = registered_tasks()
+    total = 0
+    for task_name in set(selection.values_list("task_name", flat=True)):
+        task = tasks.get(task_name)
+        budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
+        rows = selection.filter(task_name=task_name)
+        try:
+            redrive_rows = functools.partial(_redrive_atomic, rows, target, budget)
+            total += _retrying(rows.db, "redrive", redrive_rows)
+        except IntegrityError:  # a holder appeared meanwhile: go one job at a time
+            for pk in rows.values_list("pk", flat=True):
+                with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
+                    total += _redrive_rows(rows.filter(pk=pk), target, budget)
+    skipped = failed.filter(unique_key__isnull=False).count()  # still failed: held keys
+    message = f"{total} failed job(s) moved back to ready"
+    if skipped:
+        message += f"; {skipped} left failed: another active job of the task holds its unique_key"
+    return OperationResult(
+        action="redriven" if total else "unchanged", count=total, message=message
+    )
+
+
+def _redrive_atomic(rows: QuerySet[Job], target: Status, budget: int) -> int:
+    with transaction.atomic(using=rows.db):
+        return _redrive_rows(rows, target, budget)
+
+
+def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
+    """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
+    dependents cancelled because they failed wait again."""
+    picked = list(rows.select_for_update().values_list("id", "workflow_id"))
+    if not picked:
+        return 0
+    ids = [pk for pk, _ in picked]
+    # A step redriven while some of its prerequisites are still open waits for them again.
+    waiting = prerequisites_open(rows.db, [pk for pk, wf in picked if wf is not None])
+    status: Any = target
+    if waiting:
+        (blocked,) = transition(Status.FAILED, Status.BLOCKED)
+        status = Case(
+            When(id__in=list(waiting), then=Value(blocked.value)), default=Value(target.value)
+        )
+    count = rows.filter(id__in=ids).update(
+        waiting_on=_per_job({pk: n for pk, (n, _) in waiting.items()}),
+        prerequisites_succeeded=_per_job({pk: ok for pk, (_, ok) in waiting.items()}),
+        status=status,
+        max_attempts=F("attempt") + budget,
+        run_after=Now(),
+        deadline=_deadline_unless_passed(),
+        finished_at=None,
+        cancel_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+    resume(rows.db, picked)
+    return count
+
+
+def _per_job(values: dict[int, int]) -> Any:
+    if not values:
+        return 0
+    whens = [When(id=pk, then=Value(n)) for pk, n in values.items()]
+    return Case(*whens, default=Value(0), output_field=IntegerField())
+
+
+def _deadline_unless_passed() -> Case:
+    """A deadline that has passed is cleared (an operator who runs a job again means it to
+    run); one still ahead is kept."""
+    return Case(When(deadline__lt=Now(), then=Value(None)), default=F("deadline"))
+
+
+def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
+    """Run a job again as soon as possible.
+
+    A failed job is redriven (fresh attempt budget); a job waiting for its retry delay or
+    schedule becomes due now. Either way a deadline that has passed is cleared. Other
+    statuses are left alone.
+    """
+    job_id = job.pk if isinstance(job, Job) else job
+    redriven = redrive([job_id], alias=alias)
+    if redriven:
+        return OperationResult(action="retried", count=1, message=f"job {job_id} redriven")
+    (ready,) = transition(Status.SCHEDULED, Status.READY)
+    if (
+        _jobs(alias)
+        .filter(pk=job_id, status=Status.SCHEDULED)
+        .update(status=ready, run_after=Now(), deadline=_deadline_unless_passed())
+    ):
+        return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
+    status = _jobs(alias).filter(pk=job_id).values_list("status", flat=True).first()
+    if status is None:
+        raise Job.DoesNotExist(f"there is no job {job_id}")
+    return OperationResult(
+        action="unchanged", count=0, message=f"job {job_id} is {status}; nothing to retry"
+    )
+
+
+def _select(jobs: QuerySet[Job] | Iterable[Job | int] | None, alias: str | None) -> QuerySet[Job]:
+    if jobs is None:
+        return _jobs(alias)
+    if isinstance(jobs, QuerySet):
+        return jobs.using(alias) if alias else jobs
+    ids = [j.pk if isinstance(j, Job) else j for j in jobs]
+    return _jobs(alias).filter(pk__in=ids)

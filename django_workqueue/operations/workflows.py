@@ -1,0 +1,167 @@
+"""Operations that end jobs from outside any worker, and on whole workflows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
+
+from .. import payload
+from ..conf import workqueue_settings as conf
+from ..context import AbortReason
+from ..db import Ended, driver_for
+from ..exceptions import FailedExternally
+from ..models import Job, Workflow
+from ..payload import describe, storable_text
+from ..states import ACTIVE, Status, transition
+from ..workflow import release
+from .jobs import OperationResult, _jobs, _retrying
+
+_FINISHABLE = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING)
+
+
+def complete_job(
+    job: Job | int, result: Any = None, *, alias: str | None = None
+) -> OperationResult:
+    """End a waiting or running job as succeeded with ``result``, from outside any worker (an
+    approval, a webhook), in the caller's transaction; its dependents are released exactly as
+    when a worker finishes it.
+
+    A worker running the job sees ``context.abort_reason == "completed_elsewhere"``, and
+    nothing its attempt writes afterwards is recorded.
+
+    >>> complete_job(approval, {"approved_by": request.user.pk})
+    """
+    encoded = payload.encode(result, "result", "complete_job(): the result")
+    payload.check_size(
+        len(encoded.encode()), conf.MAX_RESULT_BYTES, "complete_job(): the result is",
+        "MAX_RESULT_BYTES",
+    )  # fmt: skip
+    return _finish(job, Status.SUCCEEDED, alias, {"result": result})
+
+
+def fail_job(job: Job | int, reason: str, *, alias: str | None = None) -> OperationResult:
+    """End a waiting or running job as failed (the dead-letter queue) with ``reason``, from
+    outside any worker, in the caller's transaction; dependents follow their run conditions.
+
+    >>> fail_job(approval, "rejected by the manager")
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"fail_job(): reason must be a non-empty string, got {describe(reason)}")
+    return _finish(job, Status.FAILED, alias, {"reason": storable_text(reason)[:2000]})
+
+
+def _finish(
+    job: Job | int, target: Status, alias: str | None, values: dict[str, Any]
+) -> OperationResult:
+    job_id = job.pk if isinstance(job, Job) else job
+    jobs = _jobs(alias).filter(pk=job_id)
+    return _retrying(
+        jobs.db, f"ending job {job_id}", lambda: _finish_once(jobs, job_id, target, values)
+    )
+
+
+def _finish_once(
+    jobs: QuerySet[Job], job_id: int, target: Status, values: dict[str, Any]
+) -> OperationResult:
+    verb = "completed" if target == Status.SUCCEEDED else "failed"
+    with transaction.atomic(using=jobs.db):
+        row = jobs.select_for_update().values_list("status", "workflow_id", "errors", "attempt")
+        found = row.first()
+        if found is None:
+            raise Job.DoesNotExist(f"there is no job {job_id}")
+        status, workflow_id, errors, attempt = found
+        if status not in _FINISHABLE:
+            return OperationResult(
+                action="unchanged", count=0, message=f"job {job_id} already finished ({status})"
+            )
+        (to,) = transition(Status(status), target)
+        changes: dict[str, Any] = {
+            "status": to, "finished_at": Now(), "lease_owner": None, "lease_expires_at": None,
+        }  # fmt: skip
+        if target == Status.SUCCEEDED:
+            changes["result"] = values["result"]
+        else:
+            entry = {
+                "attempt": attempt, "at": _iso_now(), "type": FAILED_EXTERNALLY,
+                "message": values["reason"], "traceback": None,
+            }  # fmt: skip
+            changes["errors"] = [*errors, entry]
+        jobs.filter(status=status).update(**changes)
+        if status == Status.RUNNING:  # its worker stops it; its late writes are fenced out
+            driver_for(jobs.db).notify_abort(job_id, AbortReason.COMPLETED_ELSEWHERE)
+        release.settle(jobs.db, [Ended(job_id, to, workflow_id)])
+    return OperationResult(action=verb, count=1, message=f"job {job_id} {verb} (was {status})")
+
+
+FAILED_EXTERNALLY = f"{FailedExternally.__module__}.{FailedExternally.__qualname__}"
+
+
+def _iso_now() -> str:
+    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> OperationResult:
+    """Cancel a workflow: its waiting jobs end cancelled and never run, its running jobs are
+    asked to stop (as ``cancel_job`` asks), and steps they add at run time are not written.
+
+    >>> cancel_workflow(wf)
+    """
+    workflow_id = workflow.pk if isinstance(workflow, Workflow) else workflow
+    jobs = _jobs(alias).filter(workflow_id=workflow_id)
+    db = jobs.db
+    waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
+    for source in waiting:
+        transition(source, Status.CANCELLED)
+    stopping, running = _retrying(
+        db, f"cancel_workflow({workflow_id})",
+        lambda: _cancel_workflow(db, jobs, workflow_id, waiting),
+    )  # fmt: skip
+    count = len(stopping) + len(running)
+    return OperationResult(
+        action="cancelled" if count else "unchanged", count=count,
+        message=f"workflow {workflow_id}: {len(stopping)} waiting job(s) cancelled, "
+        f"{len(running)} running job(s) asked to stop",
+    )  # fmt: skip
+
+
+def _cancel_workflow(
+    db: str, jobs: QuerySet[Job], workflow_id: int, waiting: list[Status]
+) -> tuple[list[int], list[int]]:
+    with transaction.atomic(using=db):
+        # A running step that ends while this scan waits for its row commits the steps it
+        # added in rows the scan's snapshot cannot see: scan again until nothing is new. Once
+        # a scan finds nothing new, every open step is locked here, so no step can end and
+        # add more before this transaction commits (and then the workflow says cancelled).
+        seen: set[int] = set()
+        while True:
+            active = list(
+                jobs.select_for_update()
+                .filter(status__in=ACTIVE)
+                .order_by("id")
+                .values_list("id", "status", "cancel_requested_at")
+            )
+            ids = {pk for pk, _, _ in active}
+            if ids <= seen:
+                break
+            seen |= ids
+        stopping = [pk for pk, status, _ in active if status in waiting]
+        running = [pk for pk, status, asked in active if status == Status.RUNNING and not asked]
+        jobs.filter(id__in=stopping, status__in=waiting).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        )
+        jobs.filter(id__in=running).update(cancel_requested_at=Now())
+        if (
+            not Workflow.objects.using(db)
+            .filter(pk=workflow_id)
+            .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
+        ):
+            raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
+        driver = driver_for(db)
+        for job_id in running:
+            driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
+        release.settle(db, [Ended(pk, Status.CANCELLED, workflow_id) for pk in stopping])
+    return stopping, running
