@@ -236,7 +236,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "cancel_requested_at": None, "progress_current": None, "progress_total": None,
     "progress_message": "", "result": None, "started_at": None,
     "finished_at": None, "workflow_id": None, "waiting_on": 0, "prerequisites_succeeded": 0,
-    "run_condition": "all_succeeded", "input_shape": None,
+    "run_condition": "all_succeeded", "input_shape": None, "unique_window": None,
 }  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .exceptions import JobNotFinished
-from .states import ACTIVE, TERMINAL, RunCondition, Status, WorkflowStatus
+from .states import ACTIVE, TERMINAL, CatchUp, RunCondition, Status, WorkflowStatus
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -118,6 +118,12 @@ class Job(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # NULL keeps jobs without a key out of the partial unique index.
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    unique_window = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Start of the unique_for window the job was enqueued in: one job per task, "
+        "key and window, finished ones included.",
+    )
     deadline = models.DateTimeField(
         null=True, blank=True, help_text="A job not started by this time fails without running."
     )
@@ -175,7 +181,12 @@ class Job(models.Model):
             models.UniqueConstraint(
                 fields=["task_name", "unique_key"],
                 name="wq_job_unique_active",
-                condition=models.Q(status__in=["blocked", "scheduled", "ready", "running"]),
+                condition=models.Q(status__in=["blocked", "scheduled", "ready", "held", "running"]),
+            ),
+            models.UniqueConstraint(
+                fields=["task_name", "unique_key", "unique_window"],
+                name="wq_job_unique_window",
+                condition=models.Q(unique_window__isnull=False),
             ),
             models.CheckConstraint(
                 condition=models.Q(priority__gte=-100, priority__lte=100),
@@ -238,6 +249,80 @@ class Dependency(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} waits for job {self.prerequisite_id}"
+
+
+class Queue(models.Model):
+    """Run-time controls of a queue. A queue without a row has none (it is not paused)."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    paused_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set while the queue is paused: no worker claims from it."
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"queue {self.name}" + (" (paused)" if self.paused else "")
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+
+class Schedule(models.Model):
+    """A cron entry: fires ``task_name`` at each tick of ``cron`` in ``timezone``."""
+
+    name = models.CharField(max_length=200, unique=True)
+    task_name = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    # NULL: the task's own queue.
+    queue = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    enabled = models.BooleanField(default=True)
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    source = models.CharField(
+        max_length=16, default="settings", help_text="settings, task (@task(cron=...)) or runtime"
+    )
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"], name="wq_schedule_due", condition=models.Q(enabled=True)
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"schedule {self.name} ({self.cron} {self.timezone})"
+
+
+class ScheduleRun(models.Model):
+    """One fired tick. Unique per (schedule, fire time): a tick fires once, however many
+    workers see it due."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    fire_at = models.DateTimeField()
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="schedule_runs"
+    )
+    fired_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-fire_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["schedule", "fire_at"], name="wq_schedule_run_tick")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} at {self.fire_at.isoformat()}"
 
 
 class WorkerProcess(models.Model):

@@ -14,6 +14,7 @@ class Status(models.TextChoices):
     BLOCKED = "blocked", "Blocked"
     SCHEDULED = "scheduled", "Scheduled"
     READY = "ready", "Ready"
+    HELD = "held", "Held"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
@@ -27,12 +28,19 @@ _EXTERNALLY = (Status.SUCCEEDED, Status.FAILED)
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     # blocked -> ready | scheduled: its last prerequisite finished and its run condition holds;
     # blocked -> cancelled: the condition can no longer be met (or an operator cancelled it).
-    Status.BLOCKED: frozenset({Status.READY, Status.SCHEDULED, Status.CANCELLED, *_EXTERNALLY}),
+    Status.BLOCKED: frozenset(
+        {Status.READY, Status.SCHEDULED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
+    ),
     # scheduled -> ready: the promoter, once run_after has come (or an operator's retry).
-    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED, *_EXTERNALLY}),
+    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
     # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
     # a job whose body returned just as it was released (see Worker._release_remaining).
-    Status.READY: frozenset({Status.RUNNING, Status.CANCELLED, *_EXTERNALLY}),
+    Status.READY: frozenset({Status.RUNNING, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
+    # held: an operator's hold on a waiting job (operations.hold_job); release_job puts it
+    # back where it belongs now: blocked (prerequisites open), scheduled or ready.
+    Status.HELD: frozenset(
+        {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.CANCELLED, *_EXTERNALLY}
+    ),
     # running -> ready: reaped lease, graceful-shutdown release, retry or snooze without delay;
     # running -> scheduled: retry or snooze with a delay.
     Status.RUNNING: frozenset(
@@ -49,7 +57,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 TERMINAL: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 ACTIVE: frozenset[Status] = frozenset(
-    {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING}
+    {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.RUNNING}
 )
 
 
@@ -59,6 +67,14 @@ class RunCondition(models.TextChoices):
     ALL_SUCCEEDED = "all_succeeded", "All prerequisites succeeded"
     ALL_FINISHED = "all_finished", "All prerequisites finished, however they ended"
     ANY_SUCCEEDED = "any_succeeded", "All prerequisites finished, at least one succeeded"
+
+
+class CatchUp(models.TextChoices):
+    """What a schedule fires for the ticks it missed (workers down, schedule disabled)."""
+
+    LATEST = "latest", "Once, for the latest missed tick"
+    ALL = "all", "Once for every missed tick"
+    NONE = "none", "Nothing: wait for the next tick"
 
 
 class WorkflowStatus(models.TextChoices):
