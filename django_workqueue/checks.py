@@ -14,7 +14,7 @@ from .db import driver_class
 
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
-    "RETRY_BACKOFF_MAX",
+    "RETRY_BACKOFF_MAX", "SCHEDULER_INTERVAL", "SCHEDULE_MISFIRE_GRACE",
 )  # fmt: skip
 _POSITIVE_INTS = (
     "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
@@ -174,4 +174,14 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
         )
         for name, spec in sorted((name, t.spec) for name, t in registered_tasks().items())
         if spec.queue not in queues
+    ]
+
+
+@checks.register()
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .schedules import schedule_problems
+
+    return [
+        checks.Error(problem, hint="See docs/guides/scheduling.md.", id="django_workqueue.E010")
+        for problem in schedule_problems()
     ]

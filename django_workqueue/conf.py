@@ -47,6 +47,15 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_BACKOFF_BASE": 2.0,
     "RETRY_BACKOFF_MAX": 3600.0,
     "RETRY_JITTER": 0.1,
+    # How often each worker looks for cron ticks that are due (seconds): a tick fires within
+    # this long of its time, once, whichever worker sees it first.
+    "SCHEDULER_INTERVAL": 1.0,
+    # Cron schedules: name -> {"task", "cron", "timezone", "args", "kwargs", "queue", "enabled",
+    # "catch_up"}, synced into the Schedule table at worker start (docs/guides/scheduling.md).
+    "SCHEDULES": {},
+    # With catch_up="none", a due tick older than this many seconds counts as missed and is
+    # skipped (a worker that was merely busy still fires it).
+    "SCHEDULE_MISFIRE_GRACE": 60.0,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
 }

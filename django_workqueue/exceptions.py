@@ -105,6 +105,10 @@ class UniqueKeyConflict(EnqueueError):
 # --- raised while running ----------------------------------------------------------------------
 
 
+class UnknownSchedule(WorkqueueError, LookupError):
+    """No schedule has this name."""
+
+
 class JobTimeout(WorkqueueError):
     """The task ran longer than its ``timeout``."""
 

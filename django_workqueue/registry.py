@@ -75,6 +75,11 @@ class TaskSpec:
     positional_arity: tuple[int, int] | None
     """(fewest, most) positional arguments a call without keywords may pass, or None when a
     keyword-only parameter is required: enqueue's shortcut past ``signature.bind``."""
+    cron: str | None = None
+    """A cron expression: the task runs on this schedule (without arguments), named as the
+    task (``schedules.py``)."""
+    cron_timezone: str = "UTC"
+    cron_catch_up: str = "latest"
 
     def check_arguments(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], item: int | None = None
@@ -248,6 +253,9 @@ class _TaskOptions(TypedDict, total=False):
     backoff: Backoff
     atomic: bool
     on_failure: FailureClassifier | None
+    cron: str | None
+    timezone: str
+    catch_up: str
 
 
 class _TaskDecorator(Protocol):
@@ -277,6 +285,9 @@ def task(
     backoff: Backoff = None,
     atomic: bool = False,
     on_failure: FailureClassifier | None = None,
+    cron: str | None = None,
+    timezone: str = "UTC",
+    catch_up: str = "latest",
 ) -> Any:
     """Register a function as a task.
 
@@ -288,6 +299,11 @@ def task(
     number returning the delay. ``atomic=True`` runs the body inside the transaction that records
     the job as succeeded. ``on_failure(exc)`` may return ``"discard"`` to fail at once or
     ``"retry"`` to retry (the default for any exception).
+
+    ``cron="*/5 * * * *"`` runs the task (without arguments) at each tick, in ``timezone``
+    (an IANA name); ``catch_up`` says what runs for ticks missed while no worker ran:
+    ``"latest"`` (one run), ``"all"`` or ``"none"``. See ``WORKQUEUE["SCHEDULES"]`` for
+    schedules with arguments.
     """
 
     def register(fn: Callable[..., Any]) -> Task[..., Any]:
@@ -315,6 +331,9 @@ def task(
             is_async=inspect.iscoroutinefunction(fn),
             signature=arguments,
             positional_arity=_positional_arity(arguments),
+            cron=cron,
+            cron_timezone=timezone,
+            cron_catch_up=catch_up,
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
@@ -356,6 +375,20 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise InvalidOption(f"task {spec.name}: lease_seconds must be at least 1")
     if spec.timeout is not None and spec.timeout <= 0:
         raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
+    if spec.cron is not None:
+        from .schedules import cron_problem, timezone_problem
+        from .states import CatchUp
+
+        problem = cron_problem(spec.cron) or timezone_problem(spec.cron_timezone)
+        if problem is None and spec.cron_catch_up not in CatchUp.values:
+            problem = f"catch_up must be one of {', '.join(CatchUp.values)}"
+        if problem is None:
+            try:
+                spec.signature.bind()
+            except TypeError:
+                problem = "cron= calls the task without arguments; give its parameters defaults"
+        if problem is not None:
+            raise InvalidOption(f"task {spec.name}: {problem}")
 
 
 def get_task(name: str) -> Task[..., Any]:

@@ -350,6 +350,11 @@ class Driver(abc.ABC):
         """Move up to ``limit`` scheduled jobs whose run_after has come to ready, earliest
         first; return the queue of each and notify those queues."""
 
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The database's clock (aware, UTC): what every schedule and lease is compared with,
+        read for the values computed in Python (a schedule's next tick)."""
+
     def notify(self, queues: Iterable[str]) -> None:
         """Wake the workers of ``queues`` in other processes (at commit), where supported."""
         return None  # optional: vendors that support it override

@@ -291,6 +291,12 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"batch": batch})
             return [CountedDown(*row) for row in cursor.fetchall()]
 
+    def now(self) -> datetime:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            value: datetime = cursor.fetchone()[0]
+            return value
+
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
         # wq_job_scheduled is ordered by run_after: the scan stops at the first job not due,
         # so a pass costs the same next to a million future jobs as next to none.

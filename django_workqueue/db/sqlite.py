@@ -241,6 +241,11 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"now": self._now_param(now), "limit": limit})
             return [row[0] for row in cursor.fetchall()]
 
+    def now(self) -> datetime:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_CLOCK}")
+            return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
+
     # --- configuration: system checks and start-up errors ----------------------------------------
 
     @classmethod

@@ -1,11 +1,12 @@
-"""Operations on jobs and workflows: the one implementation that the admin, the API, realtime
-and the CLI call.
+"""Operations on jobs, workflows and schedules: the one implementation that the admin, the
+API, realtime and the CLI call.
 
 Each operation is a guarded conditional UPDATE whose row count says what happened, and returns
 an ``OperationResult`` naming it; losing a race is reported, never raised.
 """
 
 from .jobs import OperationResult, cancel_job, redrive, retry_job
+from .schedules import run_schedule_now
 from .workflows import cancel_workflow, complete_job, fail_job
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "fail_job",
     "redrive",
     "retry_job",
+    "run_schedule_now",
 ]

@@ -1,8 +1,9 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
-reaper) and the completion writes on one connection; N slot threads run jobs, one connection
-each; PostgreSQL adds one LISTEN connection. That is the connection budget: concurrency + 2.
+reaper, scheduler) and the completion writes on one connection; N slot threads run jobs, one
+connection each; PostgreSQL adds one LISTEN connection. That is the connection budget:
+concurrency + 2.
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
@@ -34,6 +35,7 @@ from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
+from ..maintenance.scheduler import Scheduler
 from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
@@ -102,6 +104,8 @@ class Worker:
         self.registration = Registration(self.alias, self.id, self.queues, concurrency)
         self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
         self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL))
+        # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
+        self.scheduler = Scheduler(self.alias, float(conf.SCHEDULER_INTERVAL), sync=True)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
@@ -154,8 +158,9 @@ class Worker:
     def _start(self) -> None:
         try:
             self._ensure_session()  # names the session and registers the worker
+            self.scheduler.sync()  # WORKQUEUE["SCHEDULES"] and @task(cron=...) into the table
         except Exception as exc:  # a locked or restarting database: the ticks retry it
-            logger.warning("worker %s: could not register yet (%s)", self.id, exc)
+            logger.warning("worker %s: could not register or sync yet (%s)", self.id, exc)
             connections[self.alias].close()
         for n in range(self.concurrency):
             slot = threading.Thread(target=self._slot, name=f"workqueue-slot-{n}", daemon=True)
@@ -249,9 +254,9 @@ class Worker:
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
-        ready, expired leases are reaped."""
+        ready, expired leases are reaped, due cron ticks fire."""
         at = time.monotonic()
-        for service in (self.promoter, self.reaper):
+        for service in (self.promoter, self.reaper, self.scheduler):
             if service.run_if_due(at):
                 self.wake.set()  # jobs may be ready: claim them on the next pass
 
@@ -333,7 +338,12 @@ class Worker:
             return self._error_backoff
         # Never past the next renewal or the next maintenance run: with a long poll interval
         # (NOTIFY does the waking) scheduled jobs must still be promoted on time.
-        due = min(self.leases.next_renewal, self.promoter.next_run, self.reaper.next_run)
+        due = min(
+            self.leases.next_renewal,
+            self.promoter.next_run,
+            self.reaper.next_run,
+            self.scheduler.next_run,
+        )
         return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
     def _on_ready(self, queue: str | None) -> None:

@@ -22,6 +22,12 @@ def add(a, b):
     return a + b
 
 
+@task
+def scheduled_tick(label=""):
+    """Fired by the cron schedules of the scheduler tests."""
+    return label
+
+
 @task(queue="mail", priority=5)
 def send_mail(to, subject=""):
     return {"to": to, "subject": subject}
