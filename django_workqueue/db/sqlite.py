@@ -243,7 +243,7 @@ class SQLiteDriver(Driver):
 
     def now(self) -> datetime:
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {_CLOCK}")
+            cursor.execute(f"SELECT {_CLOCK}", ())  # params: `%%` unescaped
             return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
 
     # --- configuration: system checks and start-up errors ----------------------------------------

@@ -362,3 +362,17 @@ def test_the_lock_timeout_is_recognised_only_by_the_vendor_that_has_one(vendor):
     error.__cause__ = LockNotAvailable()
     assert driver().is_lock_timeout(error) is (vendor == "postgresql")
     assert driver().is_lock_timeout(OperationalError("connection refused")) is False
+
+
+# --- the clock ------------------------------------------------------------------------------
+
+
+def test_now_is_the_databases_clock_in_utc():
+    first = JobFactory()  # enqueued_at: the database's clock, written by the database
+    now = driver().now()
+    second = JobFactory()
+    assert now.utcoffset() == dt.timedelta(0)
+    assert first.enqueued_at is not None
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.enqueued_at <= now <= second.enqueued_at
