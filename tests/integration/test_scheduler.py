@@ -241,3 +241,16 @@ def test_a_half_hourly_schedule_fires_every_real_half_hour_across_a_dst_change(s
     assert ticks == [start + dt.timedelta(minutes=30 * n) for n in range(len(ticks))]
     assert ticks[-1] == end - dt.timedelta(minutes=30)  # the 7-minute steps end at 03:57 UTC
     assert Job.objects.count() == len(ticks)
+
+
+def test_a_worker_that_read_the_schedule_before_another_fired_it_changes_nothing():
+    schedule = make_schedule(first=utc(2025, 1, 6, 10, 0))
+    stale = Schedule.objects.get(pk=schedule.pk)  # what a slower worker read: due at 10:00
+    assert scheduler.run_once(now=utc(2025, 1, 6, 13, 2)) == 1  # another worker: 13:00
+    # Later, the slow worker fires what it read: its latest tick would be 13:05, which no
+    # unique run refuses; the guarded next_run_at does.
+    slow = scheduler.Scheduler("default", 1.0)
+    assert slow._fire(stale, utc(2025, 1, 6, 13, 7)) == 0
+    assert fired(schedule) == [utc(2025, 1, 6, 13, 0)]
+    schedule.refresh_from_db()
+    assert schedule.next_run_at == utc(2025, 1, 6, 13, 5)
