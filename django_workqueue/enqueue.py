@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from . import payload, wakeup
@@ -31,7 +34,7 @@ from .exceptions import (
 )
 from .models import Job
 from .payload import describe
-from .registry import MAX_ATTEMPTS
+from .registry import MAX_ATTEMPTS, check_unique_mode
 from .states import ACTIVE, Status
 
 if TYPE_CHECKING:
@@ -42,41 +45,53 @@ def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> J
     template = job_template(task)
     call = encode_call(args, kwargs, task.name)
     task.spec.check_arguments(call.args, call.kwargs)
-    return _enqueue(template, [call])[0]
+    key = template.unique_key or derived_key(task, template, call, task.name)
+    return _enqueue(template, [call], None if key is None else [key])[0]
 
 
-def enqueue_many(task: Task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
+    """Each item is (args, kwargs), or (args, kwargs, unique_key) for a key of its own."""
     template = job_template(task)
     if template.unique_key is not None:
         raise InvalidOption(
             f"{task.name}.enqueue_many() cannot share one unique_key among many jobs; "
-            f"enqueue unique jobs one at a time"
+            f"give each item its own as a third element: (args, kwargs, unique_key)"
         )
-    encoded = []
+    encoded, keys = [], []
     for index, call in enumerate(calls):
-        try:
-            args, kwargs = call
-        except (TypeError, ValueError):
+        owner = f"{task.name} item {index}"
+        if not isinstance(call, list | tuple) or len(call) not in (2, 3):
             raise InvalidOption(
-                f"{task.name}.enqueue_many(): item {index} is not an (args, kwargs) pair"
-            ) from None
-        checked = encode_call(args, kwargs, f"{task.name} item {index}")
+                f"{task.name}.enqueue_many(): item {index} is not an (args, kwargs) pair "
+                f"or an (args, kwargs, unique_key) triple"
+            )
+        checked = encode_call(call[0], call[1], owner)
         task.spec.check_arguments(checked.args, checked.kwargs, item=index)
         encoded.append(checked)
-    return _enqueue(template, encoded) if encoded else []
+        own = call[2] if len(call) == 3 else None
+        keys.append(
+            check_key(owner, own)
+            if own is not None
+            else derived_key(task, template, checked, owner)
+        )
+    if not encoded:
+        return []
+    unique = template.unique_for is not None or any(key is not None for key in keys)
+    return _enqueue(template, encoded, keys if unique else None)
 
 
-def _enqueue(template: NewJob, calls: list[Call]) -> list[Job]:
+def _enqueue(template: NewJob, calls: list[Call], keys: list[str | None] | None) -> list[Job]:
     alias = conf.DATABASE
     if alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block:
         # The caller writes to another database inside a transaction of its own: insert when
-        # (and only if) that transaction commits. The jobs get their ids then.
+        # (and only if) that transaction commits. The jobs get their ids then (a duplicate
+        # its holder's).
         jobs = [_unsaved(template, call) for call in calls]
         transaction.on_commit(
-            functools.partial(_insert, template, calls, alias, jobs), DEFAULT_DB_ALIAS
+            functools.partial(_insert, template, calls, keys, alias, jobs), DEFAULT_DB_ALIAS
         )
         return jobs
-    return _insert(template, calls, alias)
+    return _insert(template, calls, keys, alias)
 
 
 def job_template(task: Task) -> NewJob:
@@ -95,14 +110,15 @@ def job_template(task: Task) -> NewJob:
             f"got {describe(priority)}"
         )
     if options.unique_key is not None:
-        if not isinstance(options.unique_key, str) or not 0 < len(options.unique_key) <= 255:
-            raise InvalidOption(f"{owner}: unique_key must be a string of 1 to 255 characters")
-        problem = payload.unstorable_text(options.unique_key)
-        if problem is not None:  # the database would refuse it, or abort the transaction
-            raise InvalidOption(f"{owner}: unique_key {problem}")
+        check_key(owner, options.unique_key)
+    on_conflict = options.on_conflict or spec.on_conflict
+    unique_for = spec.unique_for if options.unique_for is None else options.unique_for
+    check_unique_mode(owner, on_conflict, unique_for)
     if options.run_at is not None and options.delay is not None:
         raise InvalidOption(f"{owner}: give delay or run_at, not both")
     deadline = options.deadline
+    if deadline is None and spec.expires_after is not None:
+        deadline = spec.expires_after  # from the enqueue, by the database's clock
     return NewJob(
         task_name=spec.name,
         queue=queue,
@@ -114,6 +130,8 @@ def job_template(task: Task) -> NewJob:
             owner, "lease_seconds", options.lease_seconds, spec.lease_seconds
         ),
         unique_key=options.unique_key,
+        unique_for=unique_for,
+        on_conflict=on_conflict,
         run_at=None if options.run_at is None else _aware(owner, "run_at", options.run_at),
         delay=None if options.delay is None else _seconds(owner, "delay", options.delay),
         deadline_at=_aware(owner, "deadline", deadline) if isinstance(deadline, datetime) else None,
@@ -151,6 +169,62 @@ def encode_call(args: Any, kwargs: Any, owner: str) -> Call:
     return Call(args, kwargs, args_json, kwargs_json)
 
 
+# Keys made by unique_on (or for unique_for without a key) start with "@"; a key given by hand
+# may not, so the two never meet.
+_DERIVED = "@"
+_MAX_KEY = 255
+
+
+def check_key(owner: str, key: Any) -> str:
+    """A hand-made unique key, validated."""
+    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY:
+        raise InvalidOption(f"{owner}: unique_key must be a string of 1 to 255 characters")
+    if key.startswith(_DERIVED):
+        raise InvalidOption(
+            f"{owner}: unique_key {describe(key)} starts with {_DERIVED!r}, which is kept for "
+            f"the keys unique_on derives; choose another first character"
+        )
+    problem = payload.unstorable_text(key)
+    if problem is not None:  # the database would refuse it, or abort the transaction
+        raise InvalidOption(f"{owner}: unique_key {problem}")
+    return key
+
+
+def derived_key(task: Task, template: NewJob, call: Call, owner: str) -> str | None:
+    """The unique key ``@task(unique_on=...)`` derives from a call: ``@args:`` and the JSON of
+    the named arguments' values (defaults included), or ``@fn:`` and what the function
+    returned; a digest when longer than a key may be. ``@task`` for ``unique_for`` alone."""
+    unique_on = task.spec.unique_on
+    if unique_on is None:
+        return None if template.unique_for is None else f"{_DERIVED}task"
+    if callable(unique_on):
+        value = unique_on(call.args, call.kwargs)
+        if not isinstance(value, str) or not value:
+            raise InvalidOption(
+                f"{owner}: unique_on returned {describe(value)}; it must return a non-empty string"
+            )
+        kind, text = "fn", value
+    else:
+        bound = task.spec.signature.bind(*call.args, **call.kwargs)
+        bound.apply_defaults()
+        values = {name: bound.arguments[name] for name in unique_on}
+        try:
+            text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidOption(
+                f"{owner}: the unique_on arguments {describe(values)} are not JSON ({exc}), "
+                f"so no unique key can be made of them"
+            ) from None
+        kind = "args"
+    problem = payload.unstorable_text(text)
+    if problem is not None:
+        raise InvalidOption(f"{owner}: the unique key made by unique_on {problem}")
+    key = f"{_DERIVED}{kind}:{text}"
+    if len(key) > _MAX_KEY:  # same values, same digest: still one key per call's values
+        key = f"{_DERIVED}{kind}#{hashlib.sha256(text.encode()).hexdigest()}"
+    return key
+
+
 def _unsaved(template: NewJob, call: Call) -> Job:
     job = Job(
         task_name=template.task_name,
@@ -173,52 +247,107 @@ def _unsaved(template: NewJob, call: Call) -> Job:
 def _insert(
     template: NewJob,
     calls: list[Call],
+    keys: list[str | None] | None,
     alias: str,
     unsaved: list[Job] | None = None,
     tries: int = 3,
 ) -> list[Job]:
+    """Insert the jobs; with unique keys, each row that met a holder gets it (or, with
+    on_conflict="replace", the waiting holder it updated) marked ``duplicate``."""
     driver = driver_for(alias)
     payloads = [(call.args_json, call.kwargs_json) for call in calls]
-    if template.unique_key is not None:  # only ever one job: enqueue_many refuses unique keys
-        try:
-            with transaction.atomic(using=alias):
-                rows = driver.insert(template, payloads)
-        except IntegrityError:
-            existing = (
-                Job.objects.using(alias)
-                .filter(
-                    task_name=template.task_name,
-                    unique_key=template.unique_key,
-                    status__in=ACTIVE,
+    rows = driver.insert(template, payloads, keys)
+    written = list(range(len(calls))) if rows.positions is None else rows.positions
+    jobs: list[Job | None] = [None] * len(calls)
+    if written:
+        transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
+        shared = dict(
+            _JOB_DEFAULTS,
+            task_name=template.task_name, queue=template.queue, priority=template.priority,
+            max_attempts=template.max_attempts, lease_seconds=template.lease_seconds,
+            run_after=rows.run_after, deadline=rows.deadline, enqueued_at=rows.enqueued_at,
+            status=rows.status, unique_window=rows.unique_window,
+        )  # fmt: skip
+        for position, pk in zip(written, rows.ids, strict=True):
+            key = template.unique_key if keys is None else keys[position]
+            jobs[position] = _saved(alias, {**shared, "unique_key": key}, calls[position], pk)
+    skipped = [position for position, job in enumerate(jobs) if job is None]
+    if skipped:
+        assert keys is not None  # only rows with keys are ever skipped
+        holders = _holders(driver, template, calls, keys, skipped, alias)
+        missing = [position for position in skipped if keys[position] not in holders]
+        if missing:  # their holders finished between the insert and the read: insert again
+            if tries <= 1:  # e.g. REPEATABLE READ: this transaction cannot see the holder
+                raise UniqueKeyConflict(
+                    f"{template.task_name}: unique_key {keys[missing[0]]!r} is held by a job "
+                    f"this transaction cannot see; retry the transaction"
                 )
-                .first()
-            )
-            if existing is None:  # the holder finished between our insert and this read
-                if tries <= 1:  # e.g. REPEATABLE READ: this transaction cannot see the holder
-                    raise UniqueKeyConflict(
-                        f"{template.task_name}: unique_key {template.unique_key!r} is held by a "
-                        f"job this transaction cannot see; retry the transaction"
-                    ) from None
-                return _insert(template, calls, alias, unsaved, tries - 1)
-            existing.duplicate = True  # type: ignore[attr-defined]
-            return [existing]
-    else:
-        rows = driver.insert(template, payloads)
-    transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
-    if unsaved is not None:
-        for job, pk in zip(unsaved, rows.ids, strict=True):
-            job.pk, job.run_after, job.status = pk, rows.run_after, rows.status
-            job.enqueued_at, job.deadline = rows.enqueued_at, rows.deadline
+            again = _insert(
+                template, [calls[p] for p in missing], [keys[p] for p in missing], alias,
+                tries=tries - 1,
+            )  # fmt: skip
+            for position, job in zip(missing, again, strict=True):
+                jobs[position] = job
+        for position in skipped:
+            if jobs[position] is None:
+                jobs[position] = _duplicate(holders[keys[position]])
+    done = [job for job in jobs if job is not None]
+    if unsaved is None:
+        return done
+    for job, stored in zip(unsaved, done, strict=True):
+        # A duplicate stays unsaved, as documented: the caller had its job back before the
+        # key could be checked.
+        if not stored.duplicate:  # type: ignore[attr-defined]
+            job.pk, job.run_after, job.status = stored.pk, stored.run_after, stored.status
+            job.enqueued_at, job.deadline = stored.enqueued_at, stored.deadline
+            job.unique_key, job.unique_window = stored.unique_key, stored.unique_window
             job._state.adding, job._state.db = False, alias
-        return unsaved
-    shared = dict(
-        _JOB_DEFAULTS,
-        task_name=template.task_name, queue=template.queue, priority=template.priority,
-        max_attempts=template.max_attempts, lease_seconds=template.lease_seconds,
-        unique_key=template.unique_key, run_after=rows.run_after, deadline=rows.deadline,
-        enqueued_at=rows.enqueued_at, status=rows.status,
-    )  # fmt: skip
-    return [_saved(alias, shared, call, pk) for call, pk in zip(calls, rows.ids, strict=True)]
+    return unsaved
+
+
+def _duplicate(job: Job) -> Job:
+    job.duplicate = True  # type: ignore[attr-defined]
+    return job
+
+
+def _holders(
+    driver: Any,
+    template: NewJob,
+    calls: list[Call],
+    keys: list[str | None],
+    skipped: list[int],
+    alias: str,
+) -> dict[str | None, Job]:
+    """The job holding each skipped row's key: the active one, else the one of the current
+    unique_for window (the latest). With on_conflict="replace" a waiting holder first gets
+    the row's arguments (the last row of a key wins), in a guarded UPDATE that leaves a
+    running holder alone."""
+    wanted = {keys[position]: position for position in skipped}  # the last row of each key
+    if template.on_conflict == "replace":
+        replaced = False
+        for key, position in wanted.items():
+            call = calls[position]
+            replaced |= (
+                driver.replace_waiting(template, key, (call.args_json, call.kwargs_json))
+                is not None
+            )
+        if replaced:  # a replaced job may be due now: wake the workers
+            driver.notify([template.queue])
+            transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
+    holders: dict[str | None, Job] = {}
+    held = Q(status__in=ACTIVE)
+    if template.unique_for is not None:
+        held |= Q(unique_window__isnull=False)
+    found = (
+        Job.objects.using(alias)
+        .filter(held, task_name=template.task_name, unique_key__in=list(wanted))
+        .order_by(F("unique_window").desc(nulls_first=True), "-pk")
+    )
+    for job in found:  # an active holder first, else the latest window's job
+        current = holders.get(job.unique_key)
+        if current is None or (job.status in ACTIVE and current.status not in ACTIVE):
+            holders[job.unique_key] = job
+    return holders
 
 
 def _saved(alias: str, shared: dict[str, Any], call: Call, pk: int) -> Job:

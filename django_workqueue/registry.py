@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 Backoff = float | Callable[[int], float] | None
 FailureClassifier = Callable[[BaseException], str | None]
+UniqueOn = Sequence[str] | Callable[[list[Any], dict[str, Any]], str]
+ON_CONFLICT = ("keep", "replace")
+# One item of enqueue_many: (args, kwargs), or (args, kwargs, unique_key).
+Call = tuple[Sequence[Any], Mapping[str, Any]] | tuple[Sequence[Any], Mapping[str, Any], str | None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +50,12 @@ class EnqueueOptions:
     run_at: datetime | None = None
     deadline: datetime | timedelta | float | None = None
     unique_key: str | None = None
+    on_conflict: str | None = None
+    """What an enqueue whose unique key is held does: "keep" (default) returns the holder,
+    "replace" gives a waiting holder the new arguments and run_after."""
+    unique_for: int | None = None
+    """Seconds: at most one job per task and key per window of this length, finished ones
+    included."""
     max_attempts: int | None = None
     lease_seconds: int | None = None
     depends_on: Any = None
@@ -68,6 +78,14 @@ class TaskSpec:
     atomic: bool
     on_failure: FailureClassifier | None
     takes_context: bool
+    unique_on: UniqueOn | None = None
+    """Argument names, or a function of (args, kwargs) returning a string: every job gets
+    the unique key derived from its call (see ``enqueue.derived_key``)."""
+    unique_for: int | None = None
+    on_conflict: str = "keep"
+    expires_after: float | None = None
+    """Seconds after enqueue (database clock) each job's deadline falls, unless the enqueue
+    gives its own."""
     is_async: bool
     signature: inspect.Signature
     """The parameters a job's arguments fill: the function's, without a leading ``context``
@@ -208,10 +226,13 @@ class Task(Generic[P, R]):
 
         return Signature(self, args, kwargs)
 
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+    def enqueue_many(self, calls: Iterable[Call]) -> list[Job]:
         """Store many jobs of this task with one multi-row INSERT.
 
         >>> add.enqueue_many([((1, 2), {}), ((3, 4), {})])
+
+        An item may carry its own unique key: ``((1, 2), {}, "key")``. Rows whose key is held
+        come back as the holder, marked ``duplicate``, in input order; the rest are inserted.
         """
         from .enqueue import enqueue_many
 
@@ -256,6 +277,10 @@ class _TaskOptions(TypedDict, total=False):
     cron: str | None
     timezone: str
     catch_up: str
+    unique_on: UniqueOn | None
+    unique_for: int | None
+    on_conflict: str
+    expires_after: float | None
 
 
 class _TaskDecorator(Protocol):
@@ -288,6 +313,10 @@ def task(
     cron: str | None = None,
     timezone: str = "UTC",
     catch_up: str = "latest",
+    unique_on: UniqueOn | None = None,
+    unique_for: int | None = None,
+    on_conflict: str = "keep",
+    expires_after: float | None = None,
 ) -> Any:
     """Register a function as a task.
 
@@ -304,6 +333,11 @@ def task(
     (an IANA name); ``catch_up`` says what runs for ticks missed while no worker ran:
     ``"latest"`` (one run), ``"all"`` or ``"none"``. See ``WORKQUEUE["SCHEDULES"]`` for
     schedules with arguments.
+    Unique jobs (``docs/guides/scheduling.md``): ``unique_on`` names the arguments (or is a
+    function of ``(args, kwargs)`` returning a string) whose values make each job's unique key;
+    ``on_conflict`` is "keep" or "replace"; ``unique_for`` allows one job per key per window of
+    that many seconds. ``expires_after`` gives every job a deadline that many seconds after
+    its enqueue.
     """
 
     def register(fn: Callable[..., Any]) -> Task[..., Any]:
@@ -334,6 +368,10 @@ def task(
             cron=cron,
             cron_timezone=timezone,
             cron_catch_up=catch_up,
+            unique_on=tuple(unique_on) if isinstance(unique_on, list | tuple) else unique_on,
+            unique_for=unique_for,
+            on_conflict=on_conflict,
+            expires_after=expires_after,
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
@@ -389,6 +427,65 @@ def _validate_spec(spec: TaskSpec) -> None:
                 problem = "cron= calls the task without arguments; give its parameters defaults"
         if problem is not None:
             raise InvalidOption(f"task {spec.name}: {problem}")
+    _validate_unique_on(spec)
+    owner = f"task {spec.name}"
+    check_unique_mode(owner, spec.on_conflict, spec.unique_for)
+    expires = spec.expires_after
+    if expires is not None and (
+        isinstance(expires, bool) or not isinstance(expires, int | float) or not expires > 0
+    ):
+        raise InvalidOption(
+            f"{owner}: expires_after must be a positive number of seconds, got {describe(expires)}"
+        )
+
+
+def _validate_unique_on(spec: TaskSpec) -> None:
+    unique_on = spec.unique_on
+    if unique_on is None or callable(unique_on):
+        return
+    if isinstance(unique_on, str) or not unique_on:
+        raise InvalidOption(
+            f"task {spec.name}: unique_on must be a tuple of argument names or a function of "
+            f"(args, kwargs), got {describe(unique_on)}"
+        )
+    named = {
+        p.name
+        for p in spec.signature.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    unknown = [name for name in unique_on if name not in named]
+    if unknown:
+        raise InvalidOption(
+            f"task {spec.name}: unique_on names {', '.join(map(repr, unknown))}, not a "
+            f"parameter of {spec.func.__name__}{spec.signature}"
+        )
+
+
+# The longest unique_for window: a year.
+MAX_UNIQUE_FOR = 366 * 24 * 3600
+
+
+def check_unique_mode(owner: str, on_conflict: Any, unique_for: Any) -> None:
+    """Raise ``InvalidOption`` unless ``on_conflict`` and ``unique_for`` are valid together."""
+    if on_conflict not in ON_CONFLICT:
+        raise InvalidOption(
+            f'{owner}: on_conflict must be "keep" or "replace", got {describe(on_conflict)}'
+        )
+    if unique_for is None:
+        return
+    if (
+        isinstance(unique_for, bool)
+        or not isinstance(unique_for, int)
+        or not (0 < unique_for <= MAX_UNIQUE_FOR)
+    ):
+        raise InvalidOption(
+            f"{owner}: unique_for must be a whole number of seconds from 1 to "
+            f"{MAX_UNIQUE_FOR:,}, got {describe(unique_for)}"
+        )
+    if on_conflict == "replace":
+        # A window's job may have finished: there is nothing to replace, and replacing the
+        # waiting one would make the window's throttle a debounce.
+        raise InvalidOption(f'{owner}: unique_for cannot be combined with on_conflict="replace"')
 
 
 def get_task(name: str) -> Task[..., Any]:

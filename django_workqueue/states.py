@@ -34,8 +34,11 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     # scheduled -> ready: the promoter, once run_after has come (or an operator's retry).
     Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
     # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
-    # a job whose body returned just as it was released (see Worker._release_remaining).
-    Status.READY: frozenset({Status.RUNNING, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
+    # a job whose body returned just as it was released (see Worker._release_remaining);
+    # ready -> scheduled: a unique enqueue with on_conflict="replace" restarted its timer.
+    Status.READY: frozenset(
+        {Status.RUNNING, Status.SCHEDULED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
+    ),
     # held: an operator's hold on a waiting job (operations.hold_job); release_job puts it
     # back where it belongs now: blocked (prerequisites open), scheduled or ready.
     Status.HELD: frozenset(

@@ -37,6 +37,11 @@ class NewJob:
     max_attempts: int
     lease_seconds: int
     unique_key: str | None = None
+    unique_for: int | None = None
+    """Seconds of a ``unique_for`` window: the insert stores the start of the window of the
+    database's clock in ``unique_window`` (one job per task, key and window)."""
+    on_conflict: str = "keep"
+    """For the enqueue, not the insert: "replace" updates a waiting holder of the key."""
     run_at: datetime | None = None
     delay: float | None = None
     deadline_at: datetime | None = None
@@ -53,7 +58,7 @@ class NewJob:
         return {
             "task_name": self.task_name, "queue": self.queue, "priority": self.priority,
             "max_attempts": self.max_attempts, "lease_seconds": self.lease_seconds,
-            "unique_key": self.unique_key,
+            "unique_key": self.unique_key, "unique_for": self.unique_for,
             "run_at": None if self.run_at is None else timestamp(self.run_at),
             "delay": self.delay or 0.0,
             "deadline_at": None if self.deadline_at is None else timestamp(self.deadline_at),
@@ -63,10 +68,37 @@ class NewJob:
         }  # fmt: skip
 
     @staticmethod
-    def batch(payloads: Sequence[tuple[str, str]]) -> str:
-        """The jobs' own values as one JSON parameter: ``[[args, kwargs], ...]``, embedding
-        the JSON each job's arguments were already encoded to."""
-        return "[" + ",".join(f"[{args},{kwargs}]" for args, kwargs in payloads) + "]"
+    def batch(payloads: Sequence[tuple[str, str]], keys: Sequence[str | None] | None = None) -> str:
+        """The jobs' own values as one JSON parameter: ``[[args, kwargs(, key)], ...]``,
+        embedding the JSON each job's arguments were already encoded to."""
+        if keys is None:
+            return "[" + ",".join(f"[{args},{kwargs}]" for args, kwargs in payloads) + "]"
+        return (
+            "["
+            + ",".join(
+                f"[{args},{kwargs},{json.dumps(key)}]"
+                for (args, kwargs), key in zip(payloads, keys, strict=True)
+            )
+            + "]"
+        )
+
+
+def inserted_positions(
+    keys: Sequence[str | None], inserted_keys: Sequence[str | None]
+) -> list[int]:
+    """Which rows of a batch inserted with ``ON CONFLICT DO NOTHING`` were written, given the
+    keys of the written rows: every row without a key, and of each key written, its first row
+    (the batch is inserted in its order, so a later row with the same key met the first)."""
+    written = {key for key in inserted_keys if key is not None}
+    seen: set[str] = set()
+    positions = []
+    for position, key in enumerate(keys):
+        if key is None:
+            positions.append(position)
+        elif key in written and key not in seen:
+            seen.add(key)
+            positions.append(position)
+    return positions
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +113,10 @@ class Inserted:
     status: str
     """``ready``, or ``scheduled`` when ``run_after`` is later than the database's clock, or
     ``blocked`` when the jobs wait on prerequisites."""
+    unique_window: datetime | None = None
+    positions: list[int] | None = None
+    """With per-row keys: the index in the batch of each written row (``ids`` in the same
+    order); the other rows met a unique constraint and were not written. None: all were."""
 
 
 class ClaimedJob:
@@ -236,10 +272,28 @@ class Driver(abc.ABC):
     # --- enqueue ------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
+    def insert(
+        self,
+        job: NewJob,
+        payloads: Sequence[tuple[str, str]],
+        keys: Sequence[str | None] | None = None,
+    ) -> Inserted:
         """Insert one job per (args JSON, kwargs JSON) with one statement on the current
         transaction, ``scheduled`` if its run_after is later than the database's clock and
-        ``ready`` otherwise, and notify the queue. The ids come back in the order given."""
+        ``ready`` otherwise, and notify the queue. The ids come back in the order given.
+
+        With ``keys`` (one unique key or None per row), a row that meets a unique constraint
+        (an active job of its key, or a job of its key in its ``unique_for`` window) is skipped
+        (``ON CONFLICT DO NOTHING``) and ``Inserted.positions`` says which rows were written.
+        Without, ``job.unique_key`` applies to every row and a conflict raises."""
+
+    @abc.abstractmethod
+    def replace_waiting(self, job: NewJob, key: str, payload: tuple[str, str]) -> int | None:
+        """Give the waiting (blocked, scheduled, ready or held) job of ``job.task_name`` and
+        ``key`` these arguments and a new run_after (``job``'s delay or run_at, from the
+        database's clock now), and the new deadline if ``job`` has one, in one guarded UPDATE.
+        A ready or scheduled job becomes whichever its new run_after makes it. Returns its id,
+        or None when no waiting job holds the key (a running one is never changed)."""
 
     # --- the worker's hot path ----------------------------------------------------------------
 

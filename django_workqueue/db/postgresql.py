@@ -24,7 +24,17 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
-from .base import ClaimedJob, CountedDown, Driver, Ended, Inserted, NewJob, Progress, Recorded
+from .base import (
+    ClaimedJob,
+    CountedDown,
+    Driver,
+    Ended,
+    Inserted,
+    NewJob,
+    Progress,
+    Recorded,
+    inserted_positions,
+)
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -56,27 +66,42 @@ class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
 
-    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
+    def insert(
+        self,
+        job: NewJob,
+        payloads: Sequence[tuple[str, str]],
+        keys: Sequence[str | None] | None = None,
+    ) -> Inserted:
         # The jobs' own values are one jsonb parameter unpacked into rows (their arguments
         # embedded as already-encoded JSON); what they share is plain parameters. One
         # statement, one round trip, any number of jobs; the same statement sends the NOTIFY,
         # which PostgreSQL delivers at commit, folding duplicates.
         if len(payloads) == 1:  # the common single enqueue: no batch to unpack
-            rows = "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, 1)) AS b(args, kwargs, n)"
+            rows = (
+                "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, %(key)s::text, 1)) "
+                "AS b(args, kwargs, key, n)"
+            )
         else:
             rows = (
-                "(SELECT e->0, e->1, n FROM jsonb_array_elements(%(batch)s::jsonb) "
-                "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, n)"
+                "(SELECT e->0, e->1, e->>2, n FROM jsonb_array_elements(%(batch)s::jsonb) "
+                "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, key, n)"
             )
+        # With per-row keys a conflict skips the row (any unique constraint: the active key or
+        # the unique_for window); a concurrent insert of the same key is waited for, then
+        # skipped if it committed. The caller finds the holders.
+        on_conflict = "" if keys is None else "ON CONFLICT DO NOTHING "
         # The job is scheduled when its run_after is later than the clock: claims never see it
-        # until the promoter makes it ready.
+        # until the promoter makes it ready. A unique_for window starts at a multiple of its
+        # length on the database's clock (epoch seconds), so every session agrees on it.
         sql = (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
-            f"max_attempts, lease_seconds, unique_key, run_after, deadline, args, kwargs, "
-            f"status, attempt, errors, progress_message, workflow_id, waiting_on, "
+            f"max_attempts, lease_seconds, unique_key, unique_window, run_after, deadline, "
+            f"args, kwargs, status, attempt, errors, progress_message, workflow_id, waiting_on, "
             f"prerequisites_succeeded, run_condition, input_shape) "
             f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
-            f"%(lease_seconds)s, %(unique_key)s, t.run_after, "
+            f"%(lease_seconds)s, COALESCE(b.key, %(unique_key)s), "
+            f"to_timestamp(floor(extract(epoch FROM {CLOCK}) / %(unique_for)s::int) "
+            f"  * %(unique_for)s::int), t.run_after, "
             f"COALESCE(%(deadline_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8)), "
             f"b.args, b.kwargs, "
@@ -86,23 +111,53 @@ class PostgresDriver(Driver):
             f"%(input_shape)s::jsonb "
             f"FROM {rows} CROSS JOIN (SELECT COALESCE(%(run_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) AS t "
-            f"ORDER BY b.n RETURNING id, run_after, enqueued_at, deadline, status), "
+            f"ORDER BY b.n {on_conflict}"
+            f"RETURNING id, unique_key, run_after, enqueued_at, deadline, status, "
+            f"unique_window), "
             f"notified AS (SELECT pg_notify(%(channel)s, %(queue)s)) "
-            f"SELECT array_agg(id ORDER BY id), min(run_after), min(enqueued_at), min(deadline), "
-            f"min(status), (SELECT count(*) FROM notified) FROM inserted"
+            f"SELECT array_agg(id ORDER BY id), array_agg(unique_key ORDER BY id), "
+            f"min(run_after), min(enqueued_at), min(deadline), min(status), "
+            f"min(unique_window), (SELECT count(*) FROM notified) FROM inserted"
         )
         params = job.params(datetime.isoformat)
         params["channel"] = CHANNEL
         if len(payloads) == 1:
             params["args"], params["kwargs"] = payloads[0]
+            params["key"] = None if keys is None else keys[0]
         else:
-            params["batch"] = job.batch(payloads)
+            params["batch"] = job.batch(payloads, keys)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            ids, run_after, enqueued_at, deadline, status, _ = cursor.fetchone()
+            ids, written, run_after, enqueued_at, deadline, status, window, _ = cursor.fetchone()
         return Inserted(
-            ids=ids, run_after=run_after, enqueued_at=enqueued_at, deadline=deadline, status=status
+            ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
+            status=status, unique_window=window,
+            positions=None if keys is None else inserted_positions(keys, written or []),
+        )  # fmt: skip
+
+    def replace_waiting(self, job: NewJob, key: str, payload: tuple[str, str]) -> int | None:
+        # Row-locking UPDATE: a claim that locked the row first makes this wait, then see the
+        # job running and leave it; a claim coming second skips the locked row.
+        sql = (
+            f"WITH t AS (SELECT COALESCE(%(run_at)s::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) "
+            f"UPDATE {self.table} AS j SET args = %(args)s::jsonb, kwargs = %(kwargs)s::jsonb, "
+            f"run_after = t.run_after, "
+            f"deadline = COALESCE(%(deadline_at)s::timestamptz, "
+            f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8), j.deadline), "
+            f"status = CASE WHEN j.status IN ('ready', 'scheduled') THEN "
+            f"  CASE WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END "
+            f"  ELSE j.status END "
+            f"FROM t WHERE j.task_name = %(task_name)s AND j.unique_key = %(key)s "
+            f"AND j.status IN ('blocked', 'scheduled', 'ready', 'held') RETURNING j.id"
         )
+        params = job.params(datetime.isoformat)
+        params["key"] = key
+        params["args"], params["kwargs"] = payload
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else row[0]
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None

@@ -17,7 +17,17 @@ from django.core.checks import CheckMessage
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
-from .base import ClaimedJob, CountedDown, Driver, Ended, Inserted, NewJob, Progress, Recorded
+from .base import (
+    ClaimedJob,
+    CountedDown,
+    Driver,
+    Ended,
+    Inserted,
+    NewJob,
+    Progress,
+    Recorded,
+    inserted_positions,
+)
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
 
@@ -29,6 +39,11 @@ NOW = f"COALESCE(:now, strftime({_FORMAT}, 'now'))"
 _ISO_NOW = "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')"
 _CLOCK = f"strftime({_FORMAT}, 'now')"
 
+
+def _from_now(seconds: str) -> str:
+    return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {seconds}))"
+
+
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 
 
@@ -39,44 +54,86 @@ class SQLiteDriver(Driver):
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
 
-    def insert(self, job: NewJob, payloads: Sequence[tuple[str, str]]) -> Inserted:
+    def insert(
+        self,
+        job: NewJob,
+        payloads: Sequence[tuple[str, str]],
+        keys: Sequence[str | None] | None = None,
+    ) -> Inserted:
         # The jobs' own values are one JSON parameter unpacked by json_each; what they share is
-        # plain parameters. One statement inserts any number of jobs.
-        def from_now(seconds: str) -> str:
-            return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {seconds}))"
-
+        # plain parameters. One statement inserts any number of jobs. With per-row keys, a row
+        # meeting a unique constraint is skipped (``WHERE true`` lets SQLite tell the upsert
+        # clause from a join's ON).
+        on_conflict = "" if keys is None else "ON CONFLICT DO NOTHING "
         # The job is scheduled when its run_after is later than the clock: claims never see it
-        # until the promoter makes it ready.
+        # until the promoter makes it ready. A unique_for window starts at a multiple of its
+        # length on the database's clock (epoch seconds).
         sql = (
             f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
-            f"unique_key, run_after, deadline, args, kwargs, status, attempt, errors, "
-            f"progress_message, workflow_id, waiting_on, prerequisites_succeeded, "
+            f"unique_key, unique_window, run_after, deadline, args, kwargs, status, attempt, "
+            f"errors, progress_message, workflow_id, waiting_on, prerequisites_succeeded, "
             f"run_condition, input_shape) "
-            f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, :unique_key, "
+            f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, "
+            f"COALESCE(json_extract(value, '$[2]'), :unique_key), "
+            f"CASE WHEN :unique_for IS NOT NULL THEN strftime({_FORMAT}, "
+            f"  CAST(strftime('%%s', 'now') AS INTEGER) / :unique_for * :unique_for, "
+            f"  'unixepoch') END, "
             f"t.run_after, "
             f"COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
-            f"  THEN {from_now(':deadline_in')} END), "
+            f"  THEN {_from_now(':deadline_in')} END), "
             f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
             f"CASE WHEN :waiting_on > 0 THEN 'blocked' "
             f"  WHEN t.run_after > {_CLOCK} THEN 'scheduled' ELSE 'ready' END, 0, '[]', '', "
             f":workflow_id, :waiting_on, 0, :run_condition, :input_shape "
             f"FROM json_each(:batch), "
-            f"(SELECT COALESCE(:run_at, {from_now(':delay')}) AS run_after) AS t ORDER BY key "
-            f"RETURNING id, run_after, enqueued_at, deadline, status"
+            f"(SELECT COALESCE(:run_at, {_from_now(':delay')}) AS run_after) AS t "
+            f"WHERE true ORDER BY key {on_conflict}"
+            f"RETURNING id, unique_key, run_after, enqueued_at, deadline, status, unique_window"
         )
         params = job.params(self.connection.ops.adapt_datetimefield_value)
-        params["batch"] = job.batch(payloads)
+        params["batch"] = job.batch(payloads, keys)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        _, run_after, enqueued_at, deadline, status = rows[0]
+            rows = sorted(cursor.fetchall())  # RETURNING order is unspecified; ids ascend
+        positions = None if keys is None else inserted_positions(keys, [r[1] for r in rows])
+        if not rows:
+            return Inserted(
+                ids=[], run_after=None, enqueued_at=None, deadline=None,  # type: ignore[arg-type]
+                status="", positions=positions,
+            )  # fmt: skip
+        _, _, run_after, enqueued_at, deadline, status, window = rows[0]
         return Inserted(
-            ids=sorted(row[0] for row in rows),  # RETURNING order is unspecified; ids ascend
+            ids=[row[0] for row in rows],
             run_after=_parse(run_after),  # type: ignore[arg-type]
             enqueued_at=_parse(enqueued_at),  # type: ignore[arg-type]
             deadline=_parse(deadline),
             status=status,
+            unique_window=_parse(window),
+            positions=positions,
         )
+
+    def replace_waiting(self, job: NewJob, key: str, payload: tuple[str, str]) -> int | None:
+        # One statement under SQLite's write lock: a claim cannot come between the check of
+        # the status and the write.
+        run_after = f"COALESCE(:run_at, {_from_now(':delay')})"
+        sql = (
+            f"UPDATE {self.table} SET args = json(:args), kwargs = json(:kwargs), "
+            f"run_after = {run_after}, "
+            f"deadline = COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
+            f"  THEN {_from_now(':deadline_in')} END, deadline), "
+            f"status = CASE WHEN status IN ('ready', 'scheduled') THEN "
+            f"  CASE WHEN {run_after} > {_CLOCK} THEN 'scheduled' ELSE 'ready' END "
+            f"  ELSE status END "
+            f"WHERE task_name = :task_name AND unique_key = :key "
+            f"AND status IN ('blocked', 'scheduled', 'ready', 'held') RETURNING id"
+        )
+        params = job.params(self.connection.ops.adapt_datetimefield_value)
+        params["key"] = key
+        params["args"], params["kwargs"] = payload
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else row[0]
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None

@@ -192,9 +192,14 @@ class Graph:
         task, options = step.task, step.task.options
         owner = f"{where} ({task.name})"
         template = job_template(task)
-        if template.unique_key is not None:
+        if (
+            template.unique_key is not None
+            or template.unique_for is not None
+            or task.spec.unique_on is not None
+        ):
             raise InvalidOption(
-                f"{owner}: unique_key is not supported for a workflow's steps; enqueue the "
+                f"{owner}: unique jobs (unique_key, unique_on, unique_for) are not supported "
+                f"for a workflow's steps; enqueue the "
                 f"unique job alone and name it in depends_on"
             )
         call = encode_call(step.args, step.kwargs, owner)

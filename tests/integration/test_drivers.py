@@ -244,6 +244,71 @@ def test_insert_schedules_a_job_due_later_and_readies_a_job_due_now(vendor):
     assert statuses == {later.ids[0]: "scheduled", now.ids[0]: "ready", past.ids[0]: "ready"}
 
 
+TEMPLATE = dict(task_name="t", queue="default", priority=0, max_attempts=3, lease_seconds=60)
+
+
+@pytest.mark.parametrize("size", [1, 4])  # PostgreSQL writes one row and a batch differently
+def test_insert_with_keys_skips_rows_whose_key_is_held_and_says_which_were_written(size):
+    from django_workqueue.db import NewJob
+
+    held = driver().insert(NewJob(**TEMPLATE, unique_key="b"), [("[0]", "{}")])
+    keys = ["b", "a", None, "a"][:size]
+    payloads = [(f"[{n}]", "{}") for n in range(size)]
+    inserted = driver().insert(NewJob(**TEMPLATE), payloads, keys)
+    written = {1: [], 4: [1, 2]}[size]  # "b" is held; the second "a" meets the first
+    assert inserted.positions == written
+    assert len(inserted.ids) == len(written)
+    rows = dict(Job.objects.filter(pk__in=inserted.ids).values_list("id", "args"))
+    assert rows == {pk: [position] for pk, position in zip(inserted.ids, written, strict=True)}
+    assert Job.objects.filter(unique_key="b").get().pk == held.ids[0]
+
+
+def test_insert_with_unique_for_stores_the_start_of_the_window_of_the_database_clock():
+    from django_workqueue.db import NewJob
+
+    first = driver().insert(NewJob(**TEMPLATE, unique_for=60), [("[]", "{}")], ["k"])
+    Job.objects.filter(pk__in=first.ids).update(status="succeeded")
+    again = driver().insert(NewJob(**TEMPLATE, unique_for=60), [("[]", "{}")], ["k"])
+    window = first.unique_window
+    assert window <= first.enqueued_at < window + dt.timedelta(seconds=60)
+    assert (window.second, window.microsecond) == (0, 0)
+    assert Job.objects.get(pk=first.ids[0]).unique_window == window
+    assert (again.ids, again.positions) == ([], [])  # the window's job, though finished
+
+
+@pytest.mark.parametrize("status", ["ready", "scheduled", "blocked", "held"])
+def test_replace_waiting_gives_a_waiting_job_new_arguments_and_run_after(status):
+    from django_workqueue.db import NewJob
+
+    job = JobFactory(status=status, unique_key="k", task_name="t", args=[1])
+    pk = driver().replace_waiting(NewJob(**TEMPLATE, delay=60.0), "k", ("[2]", '{"x": 1}'))
+    assert pk == job.pk
+    job.refresh_from_db()
+    assert (job.args, job.kwargs) == ([2], {"x": 1})
+    assert 55 < seconds_after_now(job.run_after) <= 60
+    # A waiting job becomes what its new run_after makes it; blocked and held stay so.
+    assert job.status == {"ready": "scheduled"}.get(status, status)
+
+
+def test_replace_waiting_with_no_delay_makes_a_scheduled_job_ready():
+    from django_workqueue.db import NewJob
+
+    job = JobFactory(status="scheduled", unique_key="k", task_name="t",
+                     run_after=timezone.now() + dt.timedelta(hours=1))  # fmt: skip
+    assert driver().replace_waiting(NewJob(**TEMPLATE), "k", ("[]", "{}")) == job.pk
+    assert Job.objects.get(pk=job.pk).status == "ready"
+
+
+@pytest.mark.parametrize("status", ["running", "succeeded", "failed", "cancelled"])
+def test_replace_waiting_never_changes_a_running_or_finished_job(status):
+    from django_workqueue.db import NewJob
+
+    job = JobFactory(status=status, unique_key="k", task_name="t", args=[1])
+    before = row_snapshot(job)
+    assert driver().replace_waiting(NewJob(**TEMPLATE), "k", ("[2]", "{}")) is None
+    assert row_snapshot(job) == before
+
+
 def test_claims_never_see_scheduled_jobs_and_promotion_makes_them_claimable():
     due = JobFactory(status="scheduled", run_after=timezone.now() - dt.timedelta(seconds=5))
     later = JobFactory(status="scheduled", run_after=timezone.now() + dt.timedelta(hours=1))

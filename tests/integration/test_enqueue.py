@@ -464,7 +464,7 @@ def test_enqueue_many_with_one_oversized_item_writes_nothing(nothing_written):
 
 def test_enqueue_many_with_an_item_that_is_not_a_pair_writes_nothing(nothing_written):
     with pytest.raises(InvalidOption, match=rf"{ADD}.enqueue_many\(\): item 1 is not an"):
-        add.enqueue_many([((1, 2), {}), (1, 2, 3)])
+        add.enqueue_many([((1, 2), {}), (1,)])
 
 
 def test_enqueue_many_refuses_a_shared_unique_key(nothing_written):

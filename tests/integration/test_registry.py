@@ -279,8 +279,8 @@ def test_using_with_an_unknown_option_names_it_and_lists_the_options():
         testapp_tasks.add.using(prio=5, queue="mail", countdown=3)
     assert str(raised.value) == (
         "testproject.testapp.tasks.add.using() got unknown option(s) countdown, prio; the options "
-        "are deadline, delay, depends_on, lease_seconds, max_attempts, priority, queue, run_at, "
-        "run_if, unique_key"
+        "are deadline, delay, depends_on, lease_seconds, max_attempts, on_conflict, priority, "
+        "queue, run_at, run_if, unique_for, unique_key"
     )
 
 

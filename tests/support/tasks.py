@@ -137,3 +137,48 @@ def graph_node(*previous: Any, label: int = 0) -> int:
     """A job of the workflow property test: no worker runs it (operations end it). It takes
     any previous step's value; its label names its job in the graph the test drew."""
     return label
+
+
+# --- unique jobs and per-task deadlines (tests/integration/test_unique_jobs.py) -------------
+
+
+@task(unique_on=("customer_id",))
+def sync_customer(customer_id: int, full: bool = False) -> None:
+    pass
+
+
+@task(unique_on=("customer_id", "region"))
+def sync_region(customer_id: int, region: str = "eu") -> None:
+    pass
+
+
+@task(unique_on=lambda args, kwargs: f"day-{args[0]}")
+def daily_report(day: str, recipients: Any = None) -> None:
+    pass
+
+
+@task(unique_on=("customer_id",), on_conflict="replace")
+def debounced_sync(customer_id: int, note: str = "") -> None:
+    pass
+
+
+@task(unique_for=3600)
+def rebuild_sitemap() -> None:
+    pass
+
+
+@task(unique_on=("customer_id",), unique_for=3600)
+def throttled_mail(customer_id: int, text: str = "") -> None:
+    pass
+
+
+#: Attempts that ran the body of ``retries_past_its_deadline``, by job id.
+expiring_attempts: dict[int, list[int]] = {}
+
+
+@task(expires_after=3600, max_attempts=3)
+def retries_past_its_deadline(context: Any) -> None:
+    from django_workqueue import Retry
+
+    expiring_attempts.setdefault(context.job_id, []).append(context.attempt)
+    raise Retry(delay=7200)  # the retry is due after the deadline

@@ -71,5 +71,7 @@ def test_run_if_must_be_a_known_condition():
 
 
 def test_unique_keys_are_refused_in_workflows():
-    with pytest.raises(InvalidOption, match="unique_key is not supported"):
+    with pytest.raises(
+        InvalidOption, match=r"unique jobs \(unique_key, unique_on, unique_for\) are not supported"
+    ):
         compiled(group(echo.using(unique_key="k").s()))
