@@ -66,12 +66,13 @@ def test_a_running_job_of_a_paused_queue_finishes(background_worker):
 
 
 @pytest.mark.postgres_only
-@workqueue_settings(HEARTBEAT_INTERVAL=60)
+@workqueue_settings(HEARTBEAT_INTERVAL=60, PROMOTE_INTERVAL=60, REAPER_INTERVAL=60)
 def test_pause_and_resume_reach_an_idle_worker_at_once_on_postgresql(
     background_worker, monkeypatch
 ):
-    """The worker polls every 30 s and the in-process wake-up is off: what it does within a
-    few seconds it learnt through NOTIFY (the enqueue's, then the resume's)."""
+    """The worker polls every 30 s, runs its maintenance every minute, and the in-process
+    wake-up is off: what it does within a few seconds it learnt through NOTIFY (the
+    enqueue's, then the resume's)."""
     monkeypatch.setattr(wakeup, "wake", lambda queues: None)
     worker = background_worker(queues=["default", "mail"], poll_interval=30.0, concurrency=1)
     wait_until(lambda: worker._listener.connected.is_set(), message="the listener to connect")
