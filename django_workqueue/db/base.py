@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from ..models import Job
+from ..models import Job, Queue
 from ..outcomes import Outcome
 from ..states import Status, transition
 
@@ -264,6 +264,7 @@ class Driver(abc.ABC):
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self.table = connections[alias].ops.quote_name(Job._meta.db_table)
+        self.queue_table = connections[alias].ops.quote_name(Queue._meta.db_table)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:

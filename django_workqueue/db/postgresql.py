@@ -166,9 +166,14 @@ class PostgresDriver(Driver):
         # stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
         # ready set. Rows another worker holds are skipped, never waited for. MATERIALIZED keeps
         # the candidate set an optimisation fence: computed and locked once, before the UPDATE.
+        # A paused queue (a Queue row with paused_at) is dropped before its branch runs: one
+        # primary-key probe of a tiny table per queue, in this statement, so a pause holds
+        # from the next claim of every worker on, with no cache to refresh or notify.
         sql = (
             f"WITH picked AS MATERIALIZED ("
-            f"SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
+            f"SELECT c.id FROM (SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
             f"SELECT id, priority, run_after FROM {self.table} "
             f"WHERE status = 'ready' AND queue = q.name AND run_after <= {NOW} "
             f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "

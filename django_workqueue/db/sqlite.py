@@ -143,11 +143,14 @@ class SQLiteDriver(Driver):
         # lock. `+status`: the unary plus keeps SQLite from reaching the rows to update through
         # the index on status (wq_job_status_finished), which visits every ready row; the rows
         # are the subquery's few ids, looked up by primary key.
+        # A paused queue (a Queue row with paused_at) contributes nothing: its branch's
+        # NOT EXISTS does not depend on the row, so SQLite evaluates it once per claim.
         order = "ORDER BY priority DESC, run_after, id LIMIT :limit"
         per_queue = [
             f"SELECT * FROM (SELECT id, priority, run_after FROM {self.table} "
             f"INDEXED BY wq_job_claim WHERE status = 'ready' AND queue = :q{i} "
-            f"AND run_after <= {NOW} {order})"
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
+            f"WHERE name = :q{i} AND paused_at IS NOT NULL) {order})"
             for i in range(len(queues))
         ]
         picked = (

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, OperationalError, transaction
@@ -31,7 +31,7 @@ T = TypeVar("T")
 class OperationResult:
     action: str
     """What was done: "cancelled", "cancel_requested", "redriven", "retried", "completed",
-    "failed" or "unchanged"."""
+    "failed", "held", "released", "paused", "resumed" or "unchanged"."""
     count: int
     message: str
 
@@ -54,8 +54,7 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     job_id = job.pk if isinstance(job, Job) else job
     jobs = _jobs(alias).filter(pk=job_id)
     for _ in range(3):  # the job may move between our guarded updates; each try re-reads
-        waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
-        for source in waiting:
+        for source in WAITING:
             transition(source, Status.CANCELLED)
         if _retrying(jobs.db, f"cancel_job({job_id})", lambda: _cancel_waiting(jobs, job_id)):
             return OperationResult(action="cancelled", count=1, message=f"job {job_id} cancelled")
@@ -84,7 +83,7 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
 def _cancel_waiting(jobs: QuerySet[Job], job_id: int) -> bool:
     """Cancel the job if it is waiting; its dependents learn of it in the same transaction."""
     with transaction.atomic(using=jobs.db):
-        if not jobs.filter(status__in=_WAITING).update(
+        if not jobs.filter(status__in=WAITING).update(
             status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
         ):
             return False
@@ -93,7 +92,73 @@ def _cancel_waiting(jobs: QuerySet[Job], job_id: int) -> bool:
     return True
 
 
-_WAITING = (Status.BLOCKED, Status.SCHEDULED, Status.READY)
+# A job that has not started yet: it may be cancelled, completed or failed from outside.
+WAITING = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD)
+
+
+def cancel_jobs(
+    jobs: QuerySet[Job] | Iterable[Job | int], *, alias: str | None = None
+) -> OperationResult:
+    """Cancel every job of ``jobs`` (a queryset, job ids or jobs) as ``cancel_job`` would:
+    waiting ones end cancelled (their workflows learn of it at once), running ones are asked
+    to stop. Finished jobs are left alone.
+
+    The jobs are read and written ``BATCH_SIZE`` at a time in id order, one transaction per
+    batch (unless the caller's transaction wraps them all): however many jobs match, only a
+    batch's rows are locked at a time, never the table.
+
+    >>> cancel_jobs(Job.objects.filter(queue="reports", task_name="reports.tasks.rebuild"))
+    """
+    for source in WAITING:
+        transition(source, Status.CANCELLED)
+    selection = _select(jobs, alias).filter(status__in=ACTIVE)
+    cancelled = asked = 0
+    for batch in batches(selection):
+        ids = [pk for (pk,) in batch]
+        stopped, running = _retrying(
+            selection.db, "cancel_jobs", functools.partial(_cancel_batch, selection.db, ids)
+        )
+        cancelled += stopped
+        asked += running
+    count = cancelled + asked
+    action = "cancelled" if cancelled else "cancel_requested" if asked else "unchanged"
+    return OperationResult(
+        action=action, count=count,
+        message=f"{cancelled} waiting job(s) cancelled, {asked} running job(s) asked to stop",
+    )  # fmt: skip
+
+
+def _cancel_batch(db: str, ids: list[int]) -> tuple[int, int]:
+    """Cancel the waiting jobs among ``ids`` and ask the running ones to stop, in one
+    transaction; the jobs are locked in id order, then their dependents and workflows, the
+    lock order of every transaction that ends jobs."""
+    jobs = _jobs(db).filter(id__in=ids)
+    with transaction.atomic(using=db):
+        waiting = list(
+            jobs.select_for_update()
+            .filter(status__in=WAITING)
+            .order_by("id")
+            .values_list("id", "workflow_id")
+        )
+        jobs.filter(id__in=[pk for pk, _ in waiting], status__in=WAITING).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        )
+        running = list(
+            jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).values_list(
+                "id", flat=True
+            )
+        )
+        if running:
+            asked = jobs.filter(
+                id__in=running, status=Status.RUNNING, cancel_requested_at__isnull=True
+            ).update(cancel_requested_at=Now())
+            driver = driver_for(db)
+            for job_id in running:  # delivered at commit; a heartbeat finds any other way
+                driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
+        else:
+            asked = 0
+        release.settle(db, [Ended(pk, Status.CANCELLED, wf) for pk, wf in waiting])
+    return len(waiting), asked
 
 
 def _retrying(db: str, what: str, write: Callable[[], T]) -> T:
@@ -122,7 +187,8 @@ def redrive(
 
     ``jobs`` is a queryset (a filter), job ids or jobs; None means every failed job. The error
     history is kept and the attempt number keeps counting up; the budget is ``attempts`` more
-    attempts, or the task's ``max_attempts``.
+    attempts, or the task's ``max_attempts``. Jobs are redriven in batches of at most
+    ``BATCH_SIZE`` rows, one transaction each (unless the caller's transaction wraps them all).
 
     >>> redrive(Job.objects.filter(task_name="billing.tasks.charge"))
     """
@@ -145,17 +211,21 @@ def redrive(
     selection = failed.exclude(Exists(holder))
     tasks = registered_tasks()
     total = 0
-    for task_name in set(selection.values_list("task_name", flat=True)):
-        task = tasks.get(task_name)
-        budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
-        rows = selection.filter(task_name=task_name)
-        try:
-            redrive_rows = functools.partial(_redrive_atomic, rows, target, budget)
-            total += _retrying(rows.db, "redrive", redrive_rows)
-        except IntegrityError:  # a holder appeared meanwhile: go one job at a time
-            for pk in rows.values_list("pk", flat=True):
-                with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
-                    total += _redrive_rows(rows.filter(pk=pk), target, budget)
+    for batch in batches(selection, "task_name"):
+        by_task: dict[str, list[int]] = {}
+        for pk, task_name in batch:
+            by_task.setdefault(task_name, []).append(pk)
+        for task_name, ids in by_task.items():
+            task = tasks.get(task_name)
+            budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
+            rows = selection.filter(id__in=ids)
+            try:
+                redrive_rows = functools.partial(_redrive_atomic, rows, target, budget)
+                total += _retrying(rows.db, "redrive", redrive_rows)
+            except IntegrityError:  # a holder appeared meanwhile: go one job at a time
+                for pk in ids:
+                    with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
+                        total += _redrive_rows(rows.filter(pk=pk), target, budget)
     skipped = failed.filter(unique_key__isnull=False).count()  # still failed: held keys
     message = f"{total} failed job(s) moved back to ready"
     if skipped:
@@ -240,10 +310,34 @@ def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     )
 
 
+BATCH_SIZE = 1000
+"""The most rows an operation on a set of jobs (``cancel_jobs``, ``redrive``) writes in one
+transaction: row locks are held briefly, and never on the whole table."""
+
+
+def batches(selection: QuerySet[Job], *fields: str) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``selection`` as (id, *fields), in id order, ``BATCH_SIZE`` at a time. Each
+    batch is read after the previous one was written: rows a batch changed are not read
+    again, and rows that join the selection behind the last id read are still found."""
+    last: int | None = None
+    while True:
+        page = selection if last is None else selection.filter(pk__gt=last)
+        rows = list(page.order_by("pk").values_list("pk", *fields)[:BATCH_SIZE])
+        if not rows:
+            return
+        yield rows
+        if len(rows) < BATCH_SIZE:
+            return
+        last = rows[-1][0]
+
+
 def _select(jobs: QuerySet[Job] | Iterable[Job | int] | None, alias: str | None) -> QuerySet[Job]:
     if jobs is None:
         return _jobs(alias)
     if isinstance(jobs, QuerySet):
+        if jobs.query.is_sliced:  # a slice cannot be filtered further: select by its ids
+            ids = list(jobs.values_list("pk", flat=True))
+            return _jobs(alias or jobs.db).filter(pk__in=ids)
         return jobs.using(alias) if alias else jobs
     ids = [j.pk if isinstance(j, Job) else j for j in jobs]
     return _jobs(alias).filter(pk__in=ids)

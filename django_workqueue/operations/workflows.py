@@ -18,9 +18,9 @@ from ..models import Job, Workflow
 from ..payload import describe, storable_text
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
-from .jobs import OperationResult, _jobs, _retrying
+from .jobs import WAITING, OperationResult, _jobs, _retrying
 
-_FINISHABLE = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.RUNNING)
+_FINISHABLE = (*WAITING, Status.RUNNING)
 
 
 def complete_job(
@@ -113,7 +113,7 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     workflow_id = workflow.pk if isinstance(workflow, Workflow) else workflow
     jobs = _jobs(alias).filter(workflow_id=workflow_id)
     db = jobs.db
-    waiting = [Status.BLOCKED, Status.SCHEDULED, Status.READY]
+    waiting = list(WAITING)
     for source in waiting:
         transition(source, Status.CANCELLED)
     stopping, running = _retrying(

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
-from django_workqueue.models import Job
+from django_workqueue.models import Job, Queue
 from tests.support.database import db_now, row_snapshot
 from tests.support.factories import JobFactory
 
@@ -317,6 +317,17 @@ def test_claims_never_see_scheduled_jobs_and_promotion_makes_them_claimable():
     assert Job.objects.get(pk=later.pk).status == "scheduled"
     [claimed] = driver().claim(["default"], 10, OWNER)
     assert claimed.id == due.pk
+
+
+def test_claims_leave_out_queues_paused_in_the_queue_table():
+    mail = JobFactory(queue="mail", priority=5)
+    job = JobFactory(queue="default")
+    Queue.objects.create(name="mail", paused_at=timezone.now())
+    Queue.objects.create(name="default")  # a row without paused_at is not paused
+    assert driver().claim(["mail"], 10, OWNER) == []
+    assert [j.id for j in driver().claim(["mail", "default"], 10, OWNER)] == [job.pk]
+    Queue.objects.filter(name="mail").update(paused_at=None)
+    assert [j.id for j in driver().claim(["mail", "default"], 10, OWNER)] == [mail.pk]
 
 
 def test_promotion_takes_the_earliest_first_up_to_its_limit_with_an_injected_clock():
