@@ -256,6 +256,14 @@ class Worker:
         """The maintenance services that are due: scheduled jobs whose time has come become
         ready, expired leases are reaped, due cron ticks fire."""
         at = time.monotonic()
+        if self.reaper.due(at):
+            # This worker's own leases first: one may have lapsed while another session held
+            # its row locked (renewals skip locked rows), and the reaper must not take a job
+            # from under its live owner the moment the lock is gone.
+            with self._lock:
+                running = dict(self._running)
+            if running:
+                self.leases.renew(running)
         for service in (self.promoter, self.reaper, self.scheduler):
             if service.run_if_due(at):
                 self.wake.set()  # jobs may be ready: claim them on the next pass

@@ -70,10 +70,23 @@ def test_redrive_leaves_a_job_whose_unique_key_is_held_and_redrives_the_rest():
 
 
 @pytest.mark.postgres_only  # row locks held by another session exist on PostgreSQL only
-def test_a_row_locked_by_another_session_does_not_stall_the_heartbeat(background_worker):
-    with workqueue_settings(HEARTBEAT_INTERVAL=0.2, REAPER_INTERVAL=0.2):
+@pytest.mark.parametrize(
+    ("heartbeat", "reaper", "locked_seconds"),
+    [
+        (0.2, 0.2, 4.0),
+        # The locked job is still running when the lock is gone, its lease lapsed meanwhile
+        # (renewals skip locked rows), and the reaper runs far more often than the heartbeat:
+        # it would take the job from its live owner before the next renewal, unless the
+        # worker renews its own leases before it reaps.
+        (0.6, 0.05, 8.0),
+    ],
+)
+def test_a_row_locked_by_another_session_does_not_stall_the_heartbeat(
+    background_worker, heartbeat, reaper, locked_seconds
+):
+    with workqueue_settings(HEARTBEAT_INTERVAL=heartbeat, REAPER_INTERVAL=reaper):
         worker = background_worker(concurrency=2, poll_interval=0.05)
-        locked = sleep_for.enqueue(4.0)
+        locked = sleep_for.enqueue(locked_seconds)
         other = sleep_for.enqueue(4.0)
         wait_until(lambda: Job.objects.filter(status="running").count() == 2)
         holding = threading.Event()
