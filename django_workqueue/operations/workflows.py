@@ -7,7 +7,6 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce, Now
-from django.utils import timezone
 
 from .. import payload
 from ..conf import workqueue_settings as conf
@@ -86,7 +85,7 @@ def _finish_once(
             changes["result"] = values["result"]
         else:
             entry = {
-                "attempt": attempt, "at": _iso_now(), "type": FAILED_EXTERNALLY,
+                "attempt": attempt, "at": release.error_time(), "type": FAILED_EXTERNALLY,
                 "message": values["reason"], "traceback": None,
             }  # fmt: skip
             changes["errors"] = [*errors, entry]
@@ -98,10 +97,6 @@ def _finish_once(
 
 
 FAILED_EXTERNALLY = f"{FailedExternally.__module__}.{FailedExternally.__qualname__}"
-
-
-def _iso_now() -> str:
-    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> OperationResult:

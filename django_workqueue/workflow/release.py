@@ -178,7 +178,7 @@ class Effects:
         jobs = Job.objects.using(self.alias)
         culprits = {c for _, c in unmet.values() if c is not None}
         names = dict(jobs.filter(id__in=culprits).values_list("id", "task_name"))
-        at = timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        at = error_time()
         changed = []
         for job in jobs.filter(id__in=list(unmet), status=Status.BLOCKED).only("id", "errors"):
             row, culprit = unmet[job.pk]
@@ -222,6 +222,12 @@ class Effects:
         finished = workflows.filter(pk__in=ids, open=0, finished_at__isnull=True)
         for workflow in finished.only("id", "failed", "cancelled", "output"):
             finish(self.alias, workflow)
+
+
+def error_time() -> str:
+    """The ``at`` of an error entry written outside a driver's statement, in the drivers'
+    format (UTC, milliseconds, "Z")."""
+    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _set_output(workflows: Any, pk: int, tally: _Tally) -> None:
