@@ -383,15 +383,20 @@ class Driver(abc.ABC):
 
     # --- maintenance --------------------------------------------------------------------------
 
-    def expired_leases(self, limit: int, now: datetime | None = None) -> list[Expired]:
+    def expired_leases(
+        self, limit: int, now: datetime | None = None, spare_owner: str | None = None
+    ) -> list[Expired]:
         """Running jobs whose lease expired, oldest id first, up to ``limit``, locked until the
         caller's transaction ends. Rows another session holds locked are skipped (a long
         transaction that called cancel_job must not stall every reaper); SQLite, which has no
         row locks, holds its write lock instead (BEGIN IMMEDIATE)."""
+        candidates = Job.objects.using(self.alias).filter(
+            status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
+        )
+        if spare_owner is not None:
+            candidates = candidates.exclude(lease_owner=spare_owner)
         rows = (
-            Job.objects.using(self.alias)
-            .filter(status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now)
-            .order_by("id")
+            candidates.order_by("id")
             .select_for_update(skip_locked=True)
             .values_list("id", "attempt", "max_attempts", "lease_owner", "queue")[:limit]
         )

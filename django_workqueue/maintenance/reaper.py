@@ -36,17 +36,25 @@ _BATCH = 1000
 class Reaper(Service):
     name = "reaper"
 
+    def __init__(self, alias: str, interval: float, spare_owner: str | None = None) -> None:
+        super().__init__(alias, interval)
+        self.spare_owner = spare_owner
+        """A lease owner whose jobs this reaper leaves alone (the worker running it)."""
+
     def run_once(self, now: datetime | None = None) -> int:
         """Reap expired leases once; return how many jobs were reaped."""
         driver = driver_for(self.alias)
         any_expired = Job.objects.using(self.alias).filter(
             status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
         )
+        if self.spare_owner is not None:
+            any_expired = any_expired.exclude(lease_owner=self.spare_owner)
         if not any_expired.exists():  # the usual answer, without a transaction
             self._forget_gone_workers(now)
             return 0
         with transaction.atomic(using=self.alias):
-            expired = driver.expired_leases(_BATCH, now)  # locked until the writes commit
+            # Locked until the writes commit.
+            expired = driver.expired_leases(_BATCH, now, spare_owner=self.spare_owner)
             reaped: list[Expired] = []
             ended: list[Ended] = []
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)

@@ -103,7 +103,9 @@ class Worker:
         self._listener: object | None = None
         self.registration = Registration(self.alias, self.id, self.queues, concurrency)
         self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
-        self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL))
+        # A worker never reaps its own leases: it is alive, and one of them may have lapsed only
+        # because another session held the job's row locked (renewals skip locked rows).
+        self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL), spare_owner=self.id)
         # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
         self.scheduler = Scheduler(self.alias, float(conf.SCHEDULER_INTERVAL), sync=True)
         self._error_backoff = 0.0
@@ -256,14 +258,6 @@ class Worker:
         """The maintenance services that are due: scheduled jobs whose time has come become
         ready, expired leases are reaped, due cron ticks fire."""
         at = time.monotonic()
-        if self.reaper.due(at):
-            # This worker's own leases first: one may have lapsed while another session held
-            # its row locked (renewals skip locked rows), and the reaper must not take a job
-            # from under its live owner the moment the lock is gone.
-            with self._lock:
-                running = dict(self._running)
-            if running:
-                self.leases.renew(running)
         for service in (self.promoter, self.reaper, self.scheduler):
             if service.run_if_due(at):
                 self.wake.set()  # jobs may be ready: claim them on the next pass

@@ -72,8 +72,10 @@ class Ledger:
         return str(self.path)
 
     def entries(self) -> list[Entry]:
-        lines = self.path.read_text().splitlines()
-        return [Entry(**json.loads(line)) for line in lines if line.strip()]
+        # A read may overlap a worker's append and see its line half written: only lines that
+        # end with their newline are complete (each is written with one O_APPEND write).
+        *complete, _partial = self.path.read_text().split("\n")
+        return [Entry(**json.loads(line)) for line in complete if line.strip()]
 
     def started(self) -> int:
         with self.path.open("rb") as handle:
