@@ -32,6 +32,7 @@ from .exceptions import (
     UniqueKeyConflict,
     UnknownQueue,
 )
+from .flow.keys import check_batch_item, flow_key, is_flow_task
 from .models import Job
 from .payload import describe
 from .registry import MAX_ATTEMPTS, check_unique_mode
@@ -46,7 +47,16 @@ def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> J
     call = encode_call(args, kwargs, task.name)
     task.spec.check_arguments(call.args, call.kwargs)
     key = template.unique_key or derived_key(task, template, call, task.name)
-    return _enqueue(template, [call], None if key is None else [key])[0]
+    if is_flow_task(task.spec):
+        check_batch_item(task.spec, call, task.name)
+        flow = flow_key(task.spec, call.args, call.kwargs, task.name)
+        template = dataclasses.replace(template, flow_keys=(flow,))
+    job = _enqueue(template, [call], None if key is None else [key])[0]
+    if task.options.skip_queue:
+        from .flow.skipqueue import run_after_commit
+
+        run_after_commit(task, job)
+    return job
 
 
 def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
@@ -76,6 +86,18 @@ def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
         )
     if not encoded:
         return []
+    if is_flow_task(task.spec):
+        flows = []
+        for index, checked in enumerate(encoded):
+            owner = f"{task.name} item {index}"
+            check_batch_item(task.spec, checked, owner)
+            flows.append(flow_key(task.spec, checked.args, checked.kwargs, owner))
+        template = dataclasses.replace(template, flow_keys=tuple(flows))
+    if task.options.skip_queue:
+        raise InvalidOption(
+            f"{task.name}.enqueue_many(): skip_queue runs one job in this process; "
+            f"enqueue_many hands its jobs to the workers, so leave skip_queue out"
+        )
     unique = template.unique_for is not None or any(key is not None for key in keys)
     return _enqueue(template, encoded, keys if unique else None)
 
@@ -268,9 +290,13 @@ def _insert(
             run_after=rows.run_after, deadline=rows.deadline, enqueued_at=rows.enqueued_at,
             status=rows.status, unique_window=rows.unique_window,
         )  # fmt: skip
+        flows = template.flow_keys
         for position, pk in zip(written, rows.ids, strict=True):
-            key = template.unique_key if keys is None else keys[position]
-            jobs[position] = _saved(alias, {**shared, "unique_key": key}, calls[position], pk)
+            own = {
+                "unique_key": template.unique_key if keys is None else keys[position],
+                "flow_key": None if flows is None else flows[position],
+            }
+            jobs[position] = _saved(alias, {**shared, **own}, calls[position], pk)
     skipped = [position for position, job in enumerate(jobs) if job is None]
     if skipped:
         assert keys is not None  # only rows with keys are ever skipped
@@ -282,8 +308,12 @@ def _insert(
                     f"{template.task_name}: unique_key {keys[missing[0]]!r} is held by a job "
                     f"this transaction cannot see; retry the transaction"
                 )
+            subset = template
+            if template.flow_keys is not None:
+                flows = template.flow_keys
+                subset = dataclasses.replace(template, flow_keys=tuple(flows[p] for p in missing))
             again = _insert(
-                template, [calls[p] for p in missing], [keys[p] for p in missing], alias,
+                subset, [calls[p] for p in missing], [keys[p] for p in missing], alias,
                 tries=tries - 1,
             )  # fmt: skip
             for position, job in zip(missing, again, strict=True):

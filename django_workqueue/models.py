@@ -3,7 +3,10 @@
 Indexes are designed for the hot path, not added by accident:
 
 * ``wq_job_claim`` covers the claim's whole ``ORDER BY`` (queue, priority DESC, run_after, id) and
-  holds ``ready`` rows only, so it stays small while finished rows pile up;
+  holds ``ready`` rows without a ``flow_key`` only, so it stays small while finished rows pile
+  up, and jobs under flow control (limits, fairness, batches) never stand in its way;
+* ``wq_job_flow`` holds the ``ready`` rows with a ``flow_key``, grouped by key inside each queue,
+  for the flow claim's walk from key to key; ``wq_job_flow_running`` counts a key's running jobs;
 * ``wq_job_scheduled`` holds ``scheduled`` rows only, ordered by ``run_after``, for the
   promoter: jobs waiting for a later time live there, not in the claim index, so claims cost
   the same next to a million of them as next to none;
@@ -151,6 +154,14 @@ class Job(models.Model):
         help_text="Which prerequisites' results make the first argument (positions of the "
         "job's dependencies, nested in lists); null when the job receives none.",
     )
+    # NULL for jobs outside flow control, which the plain claim takes (see flow/keys.py).
+    flow_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The group the job is claimed in under flow control: its limit key "
+        "(concurrency, rate), its fairness key or its batch.",
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -163,7 +174,21 @@ class Job(models.Model):
                 "run_after",
                 "id",
                 name="wq_job_claim",
-                condition=models.Q(status="ready"),
+                condition=models.Q(status="ready", flow_key__isnull=True),
+            ),
+            models.Index(
+                "queue",
+                "flow_key",
+                models.F("priority").desc(),
+                "run_after",
+                "id",
+                name="wq_job_flow",
+                condition=models.Q(status="ready", flow_key__isnull=False),
+            ),
+            models.Index(
+                fields=["flow_key"],
+                name="wq_job_flow_running",
+                condition=models.Q(status="running", flow_key__isnull=False),
             ),
             models.Index(
                 fields=["run_after"],
@@ -325,6 +350,47 @@ class ScheduleRun(models.Model):
         return f"{self.schedule_id} at {self.fire_at.isoformat()}"
 
 
+class FlowLimit(models.Model):
+    """The lock row of one limit key, and the recent starts its rate limit counts.
+
+    Claims of a limited key lock its row first (one claimer per key at a time, the others skip
+    the key), then count the key's running jobs and its starts within the rate's period: the
+    count is exact because every claimer of the key holds the lock while it counts and writes.
+    """
+
+    key = models.CharField(primary_key=True, max_length=255)
+    starts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[[epoch seconds, jobs started], ...] within the last rate period.",
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return f"limit {self.key}"
+
+
+class IdempotencyClaim(models.Model):
+    """A side effect done once: ``context.claim(key)`` is True for the first claimer only, until
+    ``expires_at``."""
+
+    key = models.CharField(primary_key=True, max_length=255)
+    # Not a foreign key: the claim outlives its job's deletion by retention.
+    job_id = models.BigIntegerField(null=True, blank=True)
+    claimed_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-claimed_at"]
+        indexes = [models.Index(fields=["expires_at"], name="wq_claim_expires")]
+
+    def __str__(self) -> str:
+        return f"claim {self.key}"
+
+
 class WorkerProcess(models.Model):
     """A live ``runworker`` process, for dashboards. Recovery never depends on it: leases do."""
 
@@ -332,7 +398,15 @@ class WorkerProcess(models.Model):
     host = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     queues = models.JSONField(default=list)
-    concurrency = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField(help_text="Slots now (autoscaling moves it).")
+    concurrency_min = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_max = models.PositiveIntegerField(null=True, blank=True)
+    requested_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Slots asked for by operations.scale_worker."
+    )
+    queue_slots = models.JSONField(
+        default=dict, blank=True, help_text="Slots per queue (runworker --queues a:8,b:2)."
+    )
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -33,6 +34,19 @@ if TYPE_CHECKING:
     from .workflow.canvas import Signature
 
 Backoff = float | Callable[[int], float] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate limit: at most ``count`` starts in any ``period`` seconds."""
+
+    count: int
+    period: float
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.period:g}s"
+
+
 FailureClassifier = Callable[[BaseException], str | None]
 UniqueOn = Sequence[str] | Callable[[list[Any], dict[str, Any]], str]
 ON_CONFLICT = ("keep", "replace")
@@ -63,6 +77,9 @@ class EnqueueOptions:
     run_if: str | None = None
     """When a job with prerequisites runs: "all_succeeded" (default), "all_finished" or
     "any_succeeded"."""
+    skip_queue: bool = False
+    """Run the first attempt in this process right after the enqueue commits, without waiting
+    for a worker; a failure or a crash leaves a normal retry for any worker."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +115,18 @@ class TaskSpec:
     task (``schedules.py``)."""
     cron_timezone: str = "UTC"
     cron_catch_up: str = "latest"
+    concurrency: int | None = None
+    """At most this many jobs of the task (of each ``limit_key``) run at once, cluster-wide."""
+    rate: Rate | None = None
+    """At most ``rate.count`` starts per ``rate.period`` seconds (of each ``limit_key``)."""
+    limit_key: Callable[..., Any] | None = None
+    """A function of the job's arguments naming the key ``concurrency`` and ``rate`` count per."""
+    fair_key: Callable[..., Any] | None = None
+    """A function of the job's arguments naming its tenant: claims rotate between tenants."""
+    batch_size: int | None = None
+    """Jobs run together, up to this many per call of the function (a list of items)."""
+    batch_wait: float = 1.0
+    """Seconds a batch waits for more items after its first is ready."""
 
     def check_arguments(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], item: int | None = None
@@ -281,6 +310,12 @@ class _TaskOptions(TypedDict, total=False):
     unique_for: int | None
     on_conflict: str
     expires_after: float | None
+    concurrency: int | None
+    rate: str | None
+    limit_key: Callable[..., Any] | None
+    fair_key: Callable[..., Any] | None
+    batch_size: int | None
+    batch_wait: float | None
 
 
 class _TaskDecorator(Protocol):
@@ -317,6 +352,12 @@ def task(
     unique_for: int | None = None,
     on_conflict: str = "keep",
     expires_after: float | None = None,
+    concurrency: int | None = None,
+    rate: str | None = None,
+    limit_key: Callable[..., Any] | None = None,
+    fair_key: Callable[..., Any] | None = None,
+    batch_size: int | None = None,
+    batch_wait: float | None = None,
 ) -> Any:
     """Register a function as a task.
 
@@ -338,6 +379,12 @@ def task(
     ``on_conflict`` is "keep" or "replace"; ``unique_for`` allows one job per key per window of
     that many seconds. ``expires_after`` gives every job a deadline that many seconds after
     its enqueue.
+    Flow control (``docs/guides/flow-control.md``): ``concurrency=2`` runs at most two jobs of
+    the task at once and ``rate="10/s"`` starts at most ten per second, across every worker;
+    with ``limit_key`` (a function of the job's arguments) both count per key. ``fair_key``
+    (a function of the arguments) makes claims rotate between its keys, so one tenant's
+    backlog cannot starve another's. ``batch_size=100, batch_wait=0.5`` runs up to 100 jobs
+    in one call of the function, which takes the list of their items.
     """
 
     def register(fn: Callable[..., Any]) -> Task[..., Any]:
@@ -372,6 +419,12 @@ def task(
             unique_for=unique_for,
             on_conflict=on_conflict,
             expires_after=expires_after,
+            concurrency=concurrency,
+            rate=parse_rate(f"task {name or fn.__qualname__}", rate),
+            limit_key=limit_key,
+            fair_key=fair_key,
+            batch_size=batch_size,
+            batch_wait=1.0 if batch_wait is None else batch_wait,
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
@@ -428,6 +481,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         if problem is not None:
             raise InvalidOption(f"task {spec.name}: {problem}")
     _validate_unique_on(spec)
+    _validate_flow(spec)
     owner = f"task {spec.name}"
     check_unique_mode(owner, spec.on_conflict, spec.unique_for)
     expires = spec.expires_after
@@ -436,6 +490,73 @@ def _validate_spec(spec: TaskSpec) -> None:
     ):
         raise InvalidOption(
             f"{owner}: expires_after must be a positive number of seconds, got {describe(expires)}"
+        )
+
+
+_RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+               "h": 3600, "hour": 3600, "d": 86400, "day": 86400}  # fmt: skip
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([a-z]+)\s*$")
+
+
+def parse_rate(owner: str, rate: Any) -> Rate | None:
+    """``"10/s"`` -> Rate(10, 1.0); also ``"100/m"``, ``"5000/h"``, ``"1/d"``, ``"3/10s"``."""
+    if rate is None:
+        return None
+    match = _RATE.match(rate) if isinstance(rate, str) else None
+    unit = _RATE_UNITS.get(match.group(3)) if match else None
+    if match is None or unit is None:
+        raise InvalidOption(
+            f'{owner}: rate must look like "10/s", "100/m", "5000/h" or "3/10s" (starts per '
+            f"period), got {describe(rate)}"
+        )
+    count, multiple = int(match.group(1)), float(match.group(2) or 1)
+    if count < 1 or not multiple > 0:
+        raise InvalidOption(f"{owner}: rate {rate!r} must allow at least 1 start per period")
+    return Rate(count, multiple * unit)
+
+
+def _validate_flow(spec: TaskSpec) -> None:
+    owner = f"task {spec.name}"
+    limited = spec.concurrency is not None or spec.rate is not None
+    concurrency = spec.concurrency
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise InvalidOption(
+            f"{owner}: concurrency must be a whole number of at least 1, "
+            f"got {describe(concurrency)}"
+        )
+    for option in ("limit_key", "fair_key"):
+        value = getattr(spec, option)
+        if value is not None and not callable(value):
+            raise InvalidOption(
+                f"{owner}: {option} must be a function of the job's arguments returning a "
+                f"string, e.g. lambda customer_id, **kw: f'customer:{{customer_id}}'; "
+                f"got {describe(value)}"
+            )
+    if spec.limit_key is not None and not limited:
+        raise InvalidOption(f"{owner}: limit_key needs concurrency= or rate= to count per key")
+    if spec.fair_key is not None and limited:
+        raise InvalidOption(
+            f"{owner}: fair_key cannot be combined with concurrency= or rate=; claims already "
+            f"rotate between limit keys, so give limit_key= the tenant instead"
+        )
+    size = spec.batch_size
+    if size is None:
+        return
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidOption(f"{owner}: batch_size must be a whole number of at least 1")
+    wait = spec.batch_wait
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+        raise InvalidOption(f"{owner}: batch_wait must be a number of seconds (0 or more)")
+    if limited or spec.fair_key is not None:
+        raise InvalidOption(
+            f"{owner}: batch_size cannot be combined with concurrency=, rate= or fair_key= "
+            f"(a batch is claimed as one group)"
+        )
+    if spec.takes_context or spec.atomic or spec.cron is not None:
+        raise InvalidOption(
+            f"{owner}: a batch task takes the list of items only: no context, atomic or cron"
         )
 
 

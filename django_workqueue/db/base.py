@@ -67,17 +67,25 @@ class NewJob:
             "run_condition": self.run_condition, "input_shape": self.input_shape,
         }  # fmt: skip
 
-    @staticmethod
-    def batch(payloads: Sequence[tuple[str, str]], keys: Sequence[str | None] | None = None) -> str:
-        """The jobs' own values as one JSON parameter: ``[[args, kwargs(, key)], ...]``,
-        embedding the JSON each job's arguments were already encoded to."""
-        if keys is None:
+    flow_keys: Sequence[str | None] | None = None
+    """One ``Job.flow_key`` per job of the insert (flow control), or None: none has one."""
+
+    def batch(
+        self, payloads: Sequence[tuple[str, str]], keys: Sequence[str | None] | None = None
+    ) -> str:
+        """The jobs' own values as one JSON parameter: ``[[args, kwargs(, key, flow key)],
+        ...]``, embedding the JSON each job's arguments were already encoded to."""
+        flow = self.flow_keys
+        if keys is None and flow is None:
             return "[" + ",".join(f"[{args},{kwargs}]" for args, kwargs in payloads) + "]"
+        rows = len(payloads)
+        keys = [None] * rows if keys is None else keys
+        flow = [None] * rows if flow is None else flow
         return (
             "["
             + ",".join(
-                f"[{args},{kwargs},{json.dumps(key)}]"
-                for (args, kwargs), key in zip(payloads, keys, strict=True)
+                f"[{args},{kwargs},{json.dumps(key)},{json.dumps(flow_key)}]"
+                for (args, kwargs), key, flow_key in zip(payloads, keys, flow, strict=True)
             )
             + "]"
         )

@@ -78,13 +78,13 @@ class PostgresDriver(Driver):
         # which PostgreSQL delivers at commit, folding duplicates.
         if len(payloads) == 1:  # the common single enqueue: no batch to unpack
             rows = (
-                "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, %(key)s::text, 1)) "
-                "AS b(args, kwargs, key, n)"
+                "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, %(key)s::text, %(fkey)s::text, 1)) "
+                "AS b(args, kwargs, key, fkey, n)"
             )
         else:
             rows = (
-                "(SELECT e->0, e->1, e->>2, n FROM jsonb_array_elements(%(batch)s::jsonb) "
-                "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, key, n)"
+                "(SELECT e->0, e->1, e->>2, e->>3, n FROM jsonb_array_elements(%(batch)s::jsonb) "
+                "WITH ORDINALITY AS e(e, n)) AS b(args, kwargs, key, fkey, n)"
             )
         # With per-row keys a conflict skips the row (any unique constraint: the active key or
         # the unique_for window); a concurrent insert of the same key is waited for, then
@@ -97,7 +97,7 @@ class PostgresDriver(Driver):
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, unique_window, run_after, deadline, "
             f"args, kwargs, status, attempt, errors, progress_message, workflow_id, waiting_on, "
-            f"prerequisites_succeeded, run_condition, input_shape) "
+            f"prerequisites_succeeded, run_condition, input_shape, flow_key) "
             f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
             f"%(lease_seconds)s, COALESCE(b.key, %(unique_key)s), "
             f"to_timestamp(floor(extract(epoch FROM {CLOCK}) / %(unique_for)s::int) "
@@ -108,7 +108,7 @@ class PostgresDriver(Driver):
             f"CASE WHEN %(waiting_on)s > 0 THEN 'blocked' "
             f"  WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END, "
             f"0, '[]'::jsonb, '', %(workflow_id)s, %(waiting_on)s, 0, %(run_condition)s, "
-            f"%(input_shape)s::jsonb "
+            f"%(input_shape)s::jsonb, b.fkey "
             f"FROM {rows} CROSS JOIN (SELECT COALESCE(%(run_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) AS t "
             f"ORDER BY b.n {on_conflict}"
@@ -124,6 +124,7 @@ class PostgresDriver(Driver):
         if len(payloads) == 1:
             params["args"], params["kwargs"] = payloads[0]
             params["key"] = None if keys is None else keys[0]
+            params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
         else:
             params["batch"] = job.batch(payloads, keys)
         with self.connection.cursor() as cursor:
@@ -175,8 +176,9 @@ class PostgresDriver(Driver):
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
             f"SELECT id, priority, run_after FROM {self.table} "
-            f"WHERE status = 'ready' AND queue = q.name AND run_after <= {NOW} "
-            f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+            f"WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name "
+            f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
+            f"FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
             f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
             f"lease_owner = %(owner)s, started_at = {NOW}, "

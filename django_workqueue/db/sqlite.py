@@ -72,7 +72,7 @@ class SQLiteDriver(Driver):
             f"INSERT INTO {self.table} (task_name, queue, priority, max_attempts, lease_seconds, "
             f"unique_key, unique_window, run_after, deadline, args, kwargs, status, attempt, "
             f"errors, progress_message, workflow_id, waiting_on, prerequisites_succeeded, "
-            f"run_condition, input_shape) "
+            f"run_condition, input_shape, flow_key) "
             f"SELECT :task_name, :queue, :priority, :max_attempts, :lease_seconds, "
             f"COALESCE(json_extract(value, '$[2]'), :unique_key), "
             f"CASE WHEN :unique_for IS NOT NULL THEN strftime({_FORMAT}, "
@@ -84,7 +84,8 @@ class SQLiteDriver(Driver):
             f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
             f"CASE WHEN :waiting_on > 0 THEN 'blocked' "
             f"  WHEN t.run_after > {_CLOCK} THEN 'scheduled' ELSE 'ready' END, 0, '[]', '', "
-            f":workflow_id, :waiting_on, 0, :run_condition, :input_shape "
+            f":workflow_id, :waiting_on, 0, :run_condition, :input_shape, "
+            f"json_extract(value, '$[3]') "
             f"FROM json_each(:batch), "
             f"(SELECT COALESCE(:run_at, {_from_now(':delay')}) AS run_after) AS t "
             f"WHERE true ORDER BY key {on_conflict}"
@@ -148,8 +149,9 @@ class SQLiteDriver(Driver):
         order = "ORDER BY priority DESC, run_after, id LIMIT :limit"
         per_queue = [
             f"SELECT * FROM (SELECT id, priority, run_after FROM {self.table} "
-            f"INDEXED BY wq_job_claim WHERE status = 'ready' AND queue = :q{i} "
-            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
+            f"INDEXED BY wq_job_claim WHERE status = 'ready' AND flow_key IS NULL "
+            f"AND queue = :q{i} AND run_after <= {NOW} "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
             f"WHERE name = :q{i} AND paused_at IS NOT NULL) {order})"
             for i in range(len(queues))
         ]

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidOption
+from ..flow.keys import check_batch_item, flow_key, is_flow_task
 from ..payload import describe
 from ..states import RunCondition
 
@@ -207,6 +208,9 @@ class Graph:
             task.spec.check_arguments(call.args, call.kwargs)
         else:  # the worker passes the previous value first
             task.spec.check_arguments([_PREVIOUS, *call.args], call.kwargs)
+        flows = None
+        if is_flow_task(task.spec):
+            flows = (_step_flow_key(task, call, value is not None, owner),)
         external = _job_ids(owner, options.depends_on)
         position = {node: index for index, node in enumerate(after)}
         shape = None if value is None else _positions(value, position)
@@ -216,6 +220,7 @@ class Graph:
                 waiting_on=len(after) + len(external),
                 run_condition=_run_condition(owner, options.run_if),
                 input_shape=None if shape is None else json.dumps(shape),
+                flow_keys=flows,
             ),
             call=call,
             prerequisites=list(after),
@@ -225,6 +230,26 @@ class Graph:
         self.nodes.append(node)
         index = len(self.nodes) - 1
         return [index], index
+
+
+def _step_flow_key(task: Task[..., Any], call: Call, receives: bool, owner: str) -> str | None:
+    """A step's flow key, from its declared arguments; a key function cannot see a value the
+    step receives from its prerequisites, which exists only when they have run."""
+    spec = task.spec
+    if receives and (spec.limit_key is not None or spec.fair_key is not None):
+        raise InvalidOption(
+            f"{owner}: limit_key and fair_key are computed at enqueue from the job's arguments, "
+            f"and this step receives its first argument from earlier steps; pass the key's "
+            f"value as an argument of its own, or enqueue the step with .using(depends_on=...)"
+        )
+    if spec.batch_size is not None:
+        if receives and (call.args or call.kwargs):
+            raise InvalidOption(
+                f"{owner}: a batch step's item is the value it receives; give it no arguments"
+            )
+        if not receives:
+            check_batch_item(spec, call, owner)
+    return flow_key(spec, call.args, call.kwargs, owner)
 
 
 def _positions(shape: Shape, position: dict[int, int]) -> Any:

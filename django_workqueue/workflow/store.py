@@ -153,10 +153,15 @@ def write_nodes(alias: str, graph: Graph, workflow_id: int, effects: Effects) ->
     ids: list[int] = [0] * len(nodes)
     batches: dict[Any, list[int]] = {}
     for index, node in enumerate(nodes):
-        template = dataclasses.replace(node.template, workflow_id=workflow_id)
+        # Steps differing in their flow key alone share an insert, each with its own key.
+        template = dataclasses.replace(node.template, workflow_id=workflow_id, flow_keys=None)
         batches.setdefault(template, []).append(index)
     for template, indexes in batches.items():
         payloads = [(nodes[i].call.args_json, nodes[i].call.kwargs_json) for i in indexes]
+        flows = [nodes[i].template.flow_keys for i in indexes]
+        if any(flows):
+            keys = tuple(None if own is None else own[0] for own in flows)
+            template = dataclasses.replace(template, flow_keys=keys)
         inserted = driver.insert(template, payloads)
         for index, pk in zip(indexes, inserted.ids, strict=True):
             ids[index] = pk

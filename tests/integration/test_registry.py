@@ -280,7 +280,7 @@ def test_using_with_an_unknown_option_names_it_and_lists_the_options():
     assert str(raised.value) == (
         "testproject.testapp.tasks.add.using() got unknown option(s) countdown, prio; the options "
         "are deadline, delay, depends_on, lease_seconds, max_attempts, on_conflict, priority, "
-        "queue, run_at, run_if, unique_for, unique_key"
+        "queue, run_at, run_if, skip_queue, unique_for, unique_key"
     )
 
 
