@@ -292,7 +292,7 @@ class Worker:
         # would start only to be released at the end of the grace and run again elsewhere.
         if free <= 0 or self.stopping.is_set():
             return 0
-        jobs = self.driver.claim(self.queues, free, self.id)
+        jobs = self._claim(self.queues, free)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = not jobs and running_before == 0
@@ -323,6 +323,10 @@ class Worker:
             with self._lock:
                 self.leases.schedule(self._running, now)
         return len(jobs)
+
+    def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
+        """Claim up to ``limit`` jobs of ``queues`` for this worker."""
+        return self.driver.claim(queues, limit, self.id)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
         for item in running.values():
