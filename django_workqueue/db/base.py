@@ -141,6 +141,7 @@ class ClaimedJob:
         "attempt",
         "deadline",
         "deadline_passed",
+        "flow_key",
         "id",
         "input_shape",
         "lease_seconds",
@@ -155,7 +156,7 @@ class ClaimedJob:
         self, id: int, task_name: str, queue: str, priority: int, attempt: int,
         max_attempts: int, lease_seconds: int, deadline: datetime | None,
         deadline_passed: bool, payload: str, workflow_id: int | None = None,
-        input_shape: Any = None,
+        input_shape: Any = None, flow_key: str | None = None,
     ) -> None:  # fmt: skip
         self.id = id
         self.task_name = task_name
@@ -169,6 +170,7 @@ class ClaimedJob:
         self._payload = payload  # '[args, kwargs]'
         self._arguments: tuple[list[Any], dict[str, Any]] | None = None
         self.workflow_id = workflow_id
+        self.flow_key = flow_key
         # JSON text from the claim (None for a job that receives no prerequisite's result).
         self.input_shape = json.loads(input_shape) if isinstance(input_shape, str) else input_shape
 
@@ -188,6 +190,26 @@ class ClaimedJob:
 
     def __repr__(self) -> str:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlowGroup:
+    """A flow key with ready jobs, as ``Driver.flow_keys`` found it."""
+
+    queue: str
+    key: str
+    task_name: str
+    """The task of the key's first ready job (a limit key belongs to one task)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlowPick:
+    """How many jobs ``Driver.claim_flow`` may take of one flow key, and the key's turn."""
+
+    queue: str
+    key: str
+    take: int
+    turn: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -312,6 +334,63 @@ class Driver(abc.ABC):
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
         first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        """Up to ``limit`` flow keys (``batch:`` keys left out) with ready jobs in the unpaused
+        ``queues``: those after ``after`` in key order first, then from the first key on
+        (round-robin from a cursor). Each key costs one index probe, however many jobs and
+        keys there are (a skip scan of ``wq_job_flow``). The generic version walks with one
+        query per key, fine for an embedded database; a server overrides it with one
+        statement."""
+        paused = set(
+            Queue.objects.using(self.alias)
+            .filter(name__in=list(queues), paused_at__isnull=False)
+            .values_list("name", flat=True)
+        )
+        served = [queue for queue in queues if queue not in paused]
+        ahead = sorted(
+            (g for queue in served for g in self._walk(queue, after, None, limit)),
+            key=lambda g: (g.key, g.queue),
+        )[:limit]
+        if len(ahead) < limit and after:
+            behind = sorted(
+                (g for queue in served for g in self._walk(queue, "", after, limit)),
+                key=lambda g: (g.key, g.queue),
+            )
+            ahead += behind[: limit - len(ahead)]
+        return ahead
+
+    def _walk(self, queue: str, low: str, high: str | None, limit: int) -> list[FlowGroup]:
+        ready = Job.objects.using(self.alias).filter(
+            status=Status.READY, queue=queue, flow_key__isnull=False
+        )
+        if high is not None:
+            ready = ready.filter(flow_key__lte=high)
+        groups: list[FlowGroup] = []
+        key = low
+        while len(groups) < limit:
+            row = (
+                ready.filter(flow_key__gt=key)
+                .order_by("flow_key")
+                .values_list("flow_key", "task_name")
+                .first()
+            )
+            if row is None:
+                break
+            key = row[0] or ""  # never None: the filter is flow_key > key
+            if not key.startswith("batch:"):
+                groups.append(FlowGroup(queue, key, row[1]))
+        return groups
+
+    @abc.abstractmethod
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs under flow control in one statement: of each pick,
+        up to ``take`` of its key's jobs in claim order (priority, run_after, id), taken in
+        rounds — every key's first job, in ``turn`` order, then every key's second — and
+        lease them to ``owner`` like ``claim``. Returned in that round order, each with its
+        ``flow_key``."""
 
     @abc.abstractmethod
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:

@@ -29,6 +29,8 @@ from .base import (
     CountedDown,
     Driver,
     Ended,
+    FlowGroup,
+    FlowPick,
     Inserted,
     NewJob,
     Progress,
@@ -195,6 +197,85 @@ class PostgresDriver(Driver):
         jobs = [ClaimedJob(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        # A skip scan of wq_job_flow: each step seeks the first ready row of a key greater
+        # than the last one found (one index probe per key), so a claim costs the same next
+        # to thousands of keys and millions of jobs as next to one. Two walks: from the
+        # cursor on, then from the start up to the cursor, the second only run if the first
+        # came short (an Append under a LIMIT stops early). Keys compare in the database's
+        # collation, as the index orders them.
+        def walk(high: str) -> str:
+            step = (
+                f"SELECT flow_key, task_name FROM {self.table} WHERE status = 'ready' "
+                f"AND queue = {{queue}} AND flow_key > {{low}} AND {high} "
+                f"ORDER BY flow_key LIMIT 1"
+            )
+            return (
+                f"WITH RECURSIVE served AS (SELECT u.name FROM unnest(%(queues)s::text[]) "
+                f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+                f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
+                f"walk(queue, key, task, n) AS ("
+                f"SELECT q.name, f.flow_key, f.task_name, 1 FROM served AS q CROSS JOIN LATERAL ("
+                + step.format(queue="q.name", low="%(low)s")
+                + ") AS f UNION ALL "
+                "SELECT w.queue, f.flow_key, f.task_name, w.n + 1 FROM walk AS w "
+                "CROSS JOIN LATERAL ("
+                + step.format(queue="w.queue", low="w.key")
+                + ") AS f WHERE w.n < %(steps)s) "
+                "SELECT queue, key, task FROM walk WHERE key NOT LIKE 'batch:%%' "
+                "ORDER BY key, queue LIMIT %(limit)s"
+            )
+
+        # A batch key is stepped over but not counted: the walk allows for a few.
+        params: dict[str, Any] = {
+            "queues": list(queues),
+            "limit": limit,
+            "steps": limit + 8,
+            "low": after,
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(walk("true"), params)
+            groups = [FlowGroup(*row) for row in cursor.fetchall()]
+            if len(groups) < limit and after:
+                params.update(low="", high=after, limit=limit - len(groups))
+                cursor.execute(walk("flow_key <= %(high)s"), params)
+                groups += [FlowGroup(*row) for row in cursor.fetchall()]
+        return groups
+
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        if not picks:
+            return []
+        # One LATERAL branch per key walks wq_job_flow for that key's first `take` jobs; the
+        # rounds (every key's first job, then every key's second...) make the order, so one
+        # claim serves many keys before any key's second job.
+        sql = (
+            f"WITH want AS (SELECT * FROM jsonb_to_recordset(%(picks)s::jsonb) "
+            f"  AS w(queue text, key text, take int, turn int)), "
+            f"picked AS MATERIALIZED (SELECT c.id, c.round, w.turn FROM want AS w "
+            f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
+            f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
+            f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
+            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
+            f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
+            f") AS c ORDER BY c.round, w.turn LIMIT %(limit)s) "
+            f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
+            f"lease_owner = %(owner)s, started_at = {NOW}, "
+            f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
+            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
+            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
+            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, "
+            f"j.input_shape::text, j.flow_key, picked.round, picked.turn"
+        )
+        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn} for p in picks]
+        params = {"now": now, "limit": limit, "owner": owner, "picks": json.dumps(wanted)}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (row[-2], row[-1]))
+        return [ClaimedJob(*row[:-2]) for row in rows]
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

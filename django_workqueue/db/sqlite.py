@@ -22,6 +22,7 @@ from .base import (
     CountedDown,
     Driver,
     Ended,
+    FlowPick,
     Inserted,
     NewJob,
     Progress,
@@ -179,6 +180,54 @@ class SQLiteDriver(Driver):
         ]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        if not picks:
+            return []
+        # One bounded subquery per key, walking wq_job_flow in that key's claim order; the
+        # rounds (every key's first job, then every key's second...) make the order.
+        per_key = [
+            f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
+            f":t{i} AS turn FROM (SELECT id, priority, run_after FROM {self.table} "
+            f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
+            f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
+            f"ORDER BY priority DESC, run_after, id LIMIT :n{i})"
+            for i in range(len(picks))
+        ]
+        sql = (
+            f"WITH picked AS (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
+            f"ORDER BY round, turn LIMIT :limit) "
+            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
+            f"lease_owner = :owner, started_at = {NOW}, "
+            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
+            f"WHERE id IN (SELECT id FROM picked) AND +status = 'ready' "
+            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
+            f"workflow_id, input_shape, flow_key"
+        )
+        params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
+        for i, pick in enumerate(picks):
+            params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take,
+                           f"t{i}": pick.turn})  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [
+            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
+            for row in rows
+        ]
+        # RETURNING comes in no particular order: put the rounds back (within a key, claim
+        # order by priority then id; then each key's turn).
+        turns: dict[tuple[str, str | None], int] = {(p.queue, p.key): p.turn for p in picks}
+        jobs.sort(key=lambda j: (turns[(j.queue, j.flow_key)], -j.priority, j.id))
+        rounds: dict[str | None, int] = {}
+        ordered = []
+        for job in jobs:
+            rounds[job.flow_key] = rounds.get(job.flow_key, 0) + 1
+            ordered.append((rounds[job.flow_key], turns[(job.queue, job.flow_key)], job))
+        ordered.sort(key=lambda entry: entry[:2])
+        return [job for _, _, job in ordered]
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

@@ -33,6 +33,7 @@ from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
+from ..flow.claim import FlowClaimer, uses_flow_claim
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
 from ..maintenance.scheduler import Scheduler
@@ -111,6 +112,8 @@ class Worker:
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
+        self.flow = FlowClaimer(self.driver, self.id) if uses_flow_claim() else None
+        self._flow_first = False
 
     # --- public ---------------------------------------------------------------------------
 
@@ -325,7 +328,20 @@ class Worker:
         return len(jobs)
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs of ``queues`` for this worker."""
+        """Claim up to ``limit`` jobs of ``queues`` for this worker: plain jobs and, if this
+        worker's tasks use flow control, flow-controlled ones, the two claims taking turns
+        at going first so that neither kind can take every slot from the other."""
+        if self.flow is None:
+            return self.driver.claim(queues, limit, self.id)
+        self._flow_first = not self._flow_first
+        claims = [self._claim_plain, self.flow.claim]
+        jobs: list[ClaimedJob] = []
+        for claim in reversed(claims) if self._flow_first else claims:
+            if limit > len(jobs):
+                jobs += claim(queues, limit - len(jobs))
+        return jobs
+
+    def _claim_plain(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         return self.driver.claim(queues, limit, self.id)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
@@ -350,6 +366,9 @@ class Worker:
             self.reaper.next_run,
             self.scheduler.next_run,
         )
+        retry_at = None if self.flow is None else self.flow.retry_at
+        if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
+            due = min(due, retry_at)
         return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
     def _on_ready(self, queue: str | None) -> None:
