@@ -5,8 +5,8 @@ the plain one. Each call:
 
 1. walks the flow keys with ready jobs from a rotating cursor (``Driver.flow_keys``: one index
    probe per key, at most ``limit + 8`` keys, however many there are);
-2. for the limit keys among them, in one transaction: makes sure each has its ``FlowLimit``
-   row, locks the rows (``SKIP LOCKED``: a key another worker is claiming right now is left to
+2. for the limit keys among them, in one transaction: locks their ``FlowLimit`` rows, made on
+   a key's first claim (``SKIP LOCKED``: a key another worker is claiming right now is left to
    it this time), counts the key's running jobs and its starts within the rate's period, and
    so knows how many jobs each key may start;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
@@ -91,16 +91,13 @@ class FlowClaimer:
     ) -> list[ClaimedJob]:
         alias = self.driver.alias
         keys = sorted(limits)
-        FlowLimit.objects.using(alias).bulk_create(
-            [FlowLimit(key=key) for key in keys], ignore_conflicts=True
-        )
-        locked = {
-            row.key: row
-            for row in FlowLimit.objects.using(alias)
-            .filter(key__in=keys)
-            .order_by("key")
-            .select_for_update(skip_locked=True)
-        }
+        locked = self._lock(keys)
+        missing = [key for key in keys if key not in locked]
+        if missing:  # new keys get their row; a key another worker holds is skipped again
+            FlowLimit.objects.using(alias).bulk_create(
+                [FlowLimit(key=key) for key in missing], ignore_conflicts=True
+            )
+            locked.update(self._lock(missing))
         running = dict(
             Job.objects.using(alias)
             .filter(status=Status.RUNNING, flow_key__in=list(locked))
@@ -141,6 +138,15 @@ class FlowClaimer:
                 starts = kept[key] + ([[clock, count]] if count else [])
                 FlowLimit.objects.using(alias).filter(key=key).update(starts=starts)
         return jobs
+
+    def _lock(self, keys: list[str]) -> dict[str, FlowLimit]:
+        rows = (
+            FlowLimit.objects.using(self.driver.alias)
+            .filter(key__in=keys)
+            .order_by("key")
+            .select_for_update(skip_locked=True)
+        )
+        return {row.key: row for row in rows}
 
     def _held_until(self, seconds: float) -> None:
         at = time.monotonic() + max(0.0, seconds)
