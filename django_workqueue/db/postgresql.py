@@ -201,47 +201,43 @@ class PostgresDriver(Driver):
     def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
         # A skip scan of wq_job_flow: each step seeks the first ready row of a key greater
         # than the last one found (one index probe per key), so a claim costs the same next
-        # to thousands of keys and millions of jobs as next to one. Two walks: from the
-        # cursor on, then from the start up to the cursor, the second only run if the first
-        # came short (an Append under a LIMIT stops early). Keys compare in the database's
-        # collation, as the index orders them.
-        def walk(high: str) -> str:
+        # to thousands of keys and millions of jobs as next to one. Two walks, from the cursor
+        # on and then from the start up to the cursor; recursive CTEs run as their rows are
+        # read, so under the LIMIT the second walks only as far as the first came short.
+        # Keys compare in the database's collation, as the index orders them; with several
+        # queues the walks take one key of each queue in turn.
+        def walk(name: str, low: str, high: str) -> str:
             step = (
                 f"SELECT flow_key, task_name FROM {self.table} WHERE status = 'ready' "
                 f"AND queue = {{queue}} AND flow_key > {{low}} AND {high} "
                 f"ORDER BY flow_key LIMIT 1"
             )
             return (
-                f"WITH RECURSIVE served AS (SELECT u.name FROM unnest(%(queues)s::text[]) "
-                f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
-                f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
-                f"walk(queue, key, task, n) AS ("
+                f"{name}(queue, key, task, n) AS ("
                 f"SELECT q.name, f.flow_key, f.task_name, 1 FROM served AS q CROSS JOIN LATERAL ("
-                + step.format(queue="q.name", low="%(low)s")
-                + ") AS f UNION ALL "
-                "SELECT w.queue, f.flow_key, f.task_name, w.n + 1 FROM walk AS w "
-                "CROSS JOIN LATERAL ("
+                + step.format(queue="q.name", low=low)
+                + f") AS f UNION ALL SELECT w.queue, f.flow_key, f.task_name, w.n + 1 "
+                f"FROM {name} AS w CROSS JOIN LATERAL ("
                 + step.format(queue="w.queue", low="w.key")
-                + ") AS f WHERE w.n < %(steps)s) "
-                "SELECT queue, key, task FROM walk WHERE key NOT LIKE 'batch:%%' "
-                "ORDER BY key, queue LIMIT %(limit)s"
+                + ") AS f WHERE w.n < %(steps)s)"
             )
 
+        sql = (
+            f"WITH RECURSIVE served AS (SELECT u.name FROM unnest(%(queues)s::text[]) "
+            f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
+            f"{walk('ahead', '%(after)s', 'true')}, "
+            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')} "
+            f"SELECT queue, key, task FROM ahead WHERE key NOT LIKE 'batch:%%' UNION ALL "
+            f"SELECT queue, key, task FROM behind WHERE key NOT LIKE 'batch:%%' "
+            f"LIMIT %(limit)s"
+        )
         # A batch key is stepped over but not counted: the walk allows for a few.
-        params: dict[str, Any] = {
-            "queues": list(queues),
-            "limit": limit,
-            "steps": limit + 8,
-            "low": after,
-        }
+        params = {"queues": list(queues), "limit": limit, "steps": limit + 8, "after": after,
+                  "first": ""}  # fmt: skip
         with self.connection.cursor() as cursor:
-            cursor.execute(walk("true"), params)
-            groups = [FlowGroup(*row) for row in cursor.fetchall()]
-            if len(groups) < limit and after:
-                params.update(low="", high=after, limit=limit - len(groups))
-                cursor.execute(walk("flow_key <= %(high)s"), params)
-                groups += [FlowGroup(*row) for row in cursor.fetchall()]
-        return groups
+            cursor.execute(sql, params)
+            return [FlowGroup(*row) for row in cursor.fetchall()]
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
@@ -264,7 +260,9 @@ class PostgresDriver(Driver):
             f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
             f"lease_owner = %(owner)s, started_at = {NOW}, "
             f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
-            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
+            # `status || ''`: the picked rows are reached by primary key, never through an
+            # index on status (stale statistics make the planner read every ready row so).
+            f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
             f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
             f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, "
             f"j.input_shape::text, j.flow_key, picked.round, picked.turn"
