@@ -230,3 +230,23 @@ def test_concurrent_claimers_never_run_more_than_the_limit():
     assert failures == []
     assert Job.objects.filter(status="succeeded").count() == len(jobs)
     assert most and max(most) <= 2
+
+
+class TestWorkflowSteps:
+    def test_a_limited_tasks_steps_are_limited_like_its_jobs(self):
+        from django_workqueue import group
+
+        group(*[tasks.two_at_a_time.s(0) for _ in range(4)]).enqueue()
+
+        assert set(Job.objects.values_list("flow_key", flat=True)) == {
+            f"limit:{tasks.two_at_a_time.name}"
+        }
+        assert len(claimer().claim(["default"], 10)) == 2
+
+    def test_a_step_whose_key_needs_the_previous_value_is_refused(self):
+        from django_workqueue import chain
+        from django_workqueue.exceptions import InvalidOption
+
+        with pytest.raises(InvalidOption, match="receives its first argument from earlier steps"):
+            chain(plain_tasks.add.s(1, 2), tasks.one_per_customer.s()).enqueue()
+        assert not Job.objects.exists()
