@@ -190,6 +190,18 @@ class ClaimedJob:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BatchClaim:
+    """What ``Driver.claim_batch`` returns: the jobs of one batch it claimed, or, when the
+    group's jobs are not due together yet, how long until they are."""
+
+    jobs: list[ClaimedJob]
+    """The batch, in claim order (priority DESC, run_after, id); empty if nothing was due."""
+    due_in: float | None = None
+    """With no jobs claimed: seconds (database clock) until the group's oldest ready job has
+    waited ``wait``; None when it has no ready job (or its queue is paused)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ended:
     """A job a write just finished (succeeded, failed or cancelled): what its dependents and
@@ -312,6 +324,22 @@ class Driver(abc.ABC):
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
         first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
+
+    @abc.abstractmethod
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        """Claim up to ``size`` ready jobs of ``queue`` with ``flow_key`` (a batch task's
+        group) in one statement, in claim order, and lease them to ``owner`` like ``claim`` —
+        but only together: when ``size`` are ready, or the oldest ready one became due
+        (``run_after``) at least ``wait`` seconds ago. Otherwise nothing is claimed and
+        ``due_in`` says when the group will be due. A paused queue claims nothing."""
 
     @abc.abstractmethod
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:

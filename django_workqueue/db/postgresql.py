@@ -25,6 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    BatchClaim,
     ClaimedJob,
     CountedDown,
     Driver,
@@ -60,6 +61,16 @@ _PROGRESS_FROM_V = (
 _TERMINAL = frozenset(status.value for status in TERMINAL)
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+# What every claim (plain or batch) writes to a job it leases (``j``), and returns of it in the
+# shape of ``ClaimedJob``'s parameters: the attempt starts now.
+_LEASE = (
+    f"status = 'running', attempt = j.attempt + 1, lease_owner = %(owner)s, started_at = {NOW}, "
+    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second'"
+)
+_CLAIMED = (
+    f"{', '.join('j.' + c for c in _RETURNING.split(', '))}, j.deadline < {NOW}, "
+    f"jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, j.input_shape::text"
+)
 
 
 class PostgresDriver(Driver):
@@ -180,13 +191,8 @@ class PostgresDriver(Driver):
             f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
-            f"lease_owner = %(owner)s, started_at = {NOW}, "
-            f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
-            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
-            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
-            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, "
-            f"j.input_shape::text"
+            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' RETURNING {_CLAIMED}"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         with self.connection.cursor() as cursor:
@@ -195,6 +201,50 @@ class PostgresDriver(Driver):
         jobs = [ClaimedJob(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        # The group's first `size` ready jobs, walked in claim order on wq_job_flow and locked
+        # (SKIP LOCKED: another worker's batch in the making is left alone); the gate decides
+        # on those rows whether they go together now: all `size` are there, or the oldest has
+        # waited `wait`. With fewer than `size`, the rows are all the group's unlocked ready
+        # jobs, so their oldest is the group's. The outer SELECT returns the gate's row even
+        # when the UPDATE wrote nothing: when the group will be due.
+        sql = (
+            f"WITH picked AS MATERIALIZED (SELECT id, run_after FROM {self.table} "
+            f"WHERE status = 'ready' AND queue = %(queue)s AND flow_key = %(key)s "
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = %(queue)s AND p.paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT %(size)s FOR UPDATE SKIP LOCKED), "
+            f"gate AS MATERIALIZED (SELECT count(*) >= %(size)s "
+            f"  OR min(run_after) <= {NOW} - make_interval(secs => %(wait)s::float8) AS due, "
+            f"  extract(epoch FROM min(run_after) + make_interval(secs => %(wait)s::float8) "
+            f"  - {NOW})::float8 AS due_in FROM picked), "
+            f"claimed AS (UPDATE {self.table} AS j SET {_LEASE} FROM picked, gate "
+            f"  WHERE j.id = picked.id AND j.status = 'ready' AND gate.due "
+            f"  RETURNING j.run_after AS claim_run_after, {_CLAIMED}) "
+            f"SELECT gate.due, gate.due_in, claimed.* FROM gate LEFT JOIN claimed ON true"
+        )
+        params = {
+            "now": now, "queue": queue, "key": flow_key, "size": size, "wait": float(wait),
+            "owner": owner,
+        }  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        claimed = [row for row in rows if row[3] is not None]
+        if not claimed:
+            due, due_in = rows[0][0], rows[0][1]
+            return BatchClaim(jobs=[], due_in=None if due or due_in is None else due_in)
+        claimed.sort(key=lambda row: (-row[6], row[2], row[3]))  # priority, run_after, id
+        return BatchClaim(jobs=[ClaimedJob(*row[3:]) for row in claimed])
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

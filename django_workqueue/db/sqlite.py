@@ -18,6 +18,7 @@ from django.core.checks import CheckMessage
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    BatchClaim,
     ClaimedJob,
     CountedDown,
     Driver,
@@ -45,6 +46,16 @@ def _from_now(seconds: str) -> str:
 
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+# What every claim (plain or batch) writes to a job it leases, and returns of it (read back by
+# ``_claimed``): the attempt starts now.
+_LEASE = (
+    f"status = 'running', attempt = attempt + 1, lease_owner = :owner, started_at = {NOW}, "
+    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds')"
+)
+_CLAIMED = (
+    f"{_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), workflow_id, "
+    f"input_shape"
+)
 
 
 class SQLiteDriver(Driver):
@@ -161,24 +172,64 @@ class SQLiteDriver(Driver):
             else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
         )
         sql = (
-            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
-            f"lease_owner = :owner, started_at = {NOW}, "
-            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
-            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
-            f"workflow_id, input_shape"
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' RETURNING {_CLAIMED}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [
-            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
-            for row in rows
-        ]
+        jobs = [_claimed(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        # The group's first `size` ready jobs in claim order, on wq_job_flow. A look without
+        # the write lock first: an idle or filling group (the usual case) costs one read. The
+        # claim then decides again under the write lock, in its one statement, so a batch
+        # another worker took meanwhile is never claimed half.
+        picked = (
+            f"SELECT id, run_after FROM {self.table} INDEXED BY wq_job_flow "
+            f"WHERE status = 'ready' AND queue = :queue AND flow_key = :key "
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
+            f"WHERE name = :queue AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :size"
+        )
+        due = (
+            f"count(*) >= :size OR min(run_after) <= "
+            f"strftime({_FORMAT}, {NOW}, printf('%%+.6f seconds', -:wait))"
+        )
+        params: dict[str, Any] = {
+            "now": self._now_param(now), "queue": queue, "key": flow_key, "size": size,
+            "wait": float(wait), "owner": owner,
+        }  # fmt: skip
+        look = (
+            f"WITH picked AS ({picked}) SELECT {due}, "
+            f"(julianday(min(run_after)) - julianday({NOW})) * 86400.0 + :wait FROM picked"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(look, params)
+            is_due, due_in = cursor.fetchone()
+            if not is_due:
+                return BatchClaim(jobs=[], due_in=due_in)
+            cursor.execute(
+                f"WITH picked AS ({picked}) UPDATE {self.table} SET {_LEASE} "
+                f"WHERE id IN (SELECT id FROM picked WHERE (SELECT {due} FROM picked)) "
+                f"AND +status = 'ready' RETURNING run_after, {_CLAIMED}",
+                params,
+            )
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (-row[4], row[0], row[1]))  # priority, run_after, id
+        return BatchClaim(jobs=[_claimed(row[1:]) for row in rows])
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
@@ -368,6 +419,11 @@ _PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
 
 def _columns(fields: Iterable[str]) -> str:
     return ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    """A ``ClaimedJob`` from a claim's ``RETURNING {_CLAIMED}`` row."""
+    return ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
 
 
 def _parse(value: Any) -> datetime | None:
