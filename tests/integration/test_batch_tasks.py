@@ -133,6 +133,39 @@ def test_the_plain_claim_never_takes_a_batch_tasks_job():
     assert driver_for("default").claim(["default"], 10, "plain") == []
 
 
+@pytest.mark.postgres_only  # the planner's choice; SQLite's statement names it (INDEXED BY)
+def test_postgresql_batch_claim_walks_the_flow_index():
+    from django.db import connection
+    from django.utils import timezone
+
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(
+            task_name="testproject.testapp.tasks.batch_echo", args=[n], priority=n % 5,
+            flow_key=("batch:testproject.testapp.tasks.batch_echo", "batch:other", None)[n % 3],
+            run_after=now - dt.timedelta(seconds=n % 40),
+        )
+        for n in range(3000)
+    )  # fmt: skip
+    statements = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    with connection.execute_wrapper(capture):
+        assert len(claim().batches) == 1
+    [(sql, params)] = statements
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "wq_job_flow" in plan, plan
+    assert not [line for line in plan.splitlines() if "Seq Scan on " + Job._meta.db_table in line]
+
+
 # --- running ------------------------------------------------------------------------------------
 
 
