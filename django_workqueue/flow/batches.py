@@ -13,6 +13,7 @@ own attempts, retries, priority and workflow; only the call is shared.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections.abc import Sequence
 from datetime import datetime
@@ -21,6 +22,8 @@ from typing import Any
 from ..db import ClaimedJob, Driver
 from ..registry import Task, registered_tasks
 from .keys import flow_key
+
+logger = logging.getLogger("django_workqueue.worker")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +83,19 @@ def claim_batches(
         spec = group.task.spec
         size = spec.batch_size or 1
         while len(batches) < slots:
-            claim = driver.claim_batch(
-                group.queue, group.flow_key, size, spec.batch_wait, owner, now
-            )
+            try:
+                claim = driver.claim_batch(
+                    group.queue, group.flow_key, size, spec.batch_wait, owner, now
+                )
+            except Exception as exc:
+                if not batches:
+                    raise
+                # The batches claimed so far are leased to us (each claim commits on its
+                # own): hand them over rather than leave them to the reaper; the error comes
+                # back to the worker with the next statement.
+                logger.warning("claiming batches of %s failed (%s); running the %s claimed",
+                               spec.name, exc, len(batches))  # fmt: skip
+                return ClaimedBatches(batches=batches, due_in=due_in)
             if claim.jobs:
                 batches.append((group.task, claim.jobs))
             elif claim.due_in is not None:
