@@ -326,6 +326,15 @@ class Driver(abc.ABC):
         first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
 
     @abc.abstractmethod
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        """For each group (queue, flow key, batch size) with ready jobs, in one read-only
+        statement: {(queue, flow key): (its ready jobs counted up to the batch size, seconds
+        the oldest of those has been due)}. A group of a paused queue is left out, as is one
+        with no ready job. What a worker reads each pass to find the batches worth claiming."""
+
+    @abc.abstractmethod
     def claim_batch(
         self,
         queue: str,

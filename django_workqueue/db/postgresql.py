@@ -202,6 +202,32 @@ class PostgresDriver(Driver):
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        if not groups:
+            return {}
+        # One LATERAL branch per group, each reading at most `size` entries of wq_job_flow.
+        sql = (
+            f"SELECT g.queue, g.key, c.n, extract(epoch FROM {NOW} - c.oldest)::float8 "
+            f"FROM unnest(%(queues)s::text[], %(keys)s::text[], %(sizes)s::int[]) "
+            f"AS g(queue, key, size) CROSS JOIN LATERAL (SELECT count(*) AS n, "
+            f"min(s.run_after) AS oldest FROM (SELECT run_after FROM {self.table} "
+            f"WHERE status = 'ready' AND queue = g.queue AND flow_key = g.key "
+            f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT g.size) AS s) "
+            f"AS c WHERE c.n > 0 AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = g.queue AND p.paused_at IS NOT NULL)"
+        )
+        params = {
+            "now": now,
+            "queues": [queue for queue, _, _ in groups],
+            "keys": [key for _, key, _ in groups],
+            "sizes": [size for _, _, size in groups],
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {(queue, key): (n, waited) for queue, key, n, waited in cursor.fetchall()}
+
     def claim_batch(
         self,
         queue: str,

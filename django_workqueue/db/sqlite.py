@@ -184,6 +184,28 @@ class SQLiteDriver(Driver):
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        if not groups:
+            return {}
+        # One bounded branch per group, each reading at most `size` entries of wq_job_flow.
+        branches = [
+            f"SELECT :q{i}, :k{i}, count(*), "
+            f"(julianday({NOW}) - julianday(min(run_after))) * 86400.0 FROM (SELECT run_after "
+            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' AND queue = :q{i} "
+            f"AND flow_key = :k{i} AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM "
+            f"{self.queue_table} WHERE name = :q{i} AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :s{i})"
+            for i in range(len(groups))
+        ]
+        params: dict[str, Any] = {"now": self._now_param(now)}
+        for i, (queue, key, size) in enumerate(groups):
+            params.update({f"q{i}": queue, f"k{i}": key, f"s{i}": size})
+        with self.connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(branches), params)
+            return {(q, k): (n, waited) for q, k, n, waited in cursor.fetchall() if n}
+
     def claim_batch(
         self,
         queue: str,

@@ -25,6 +25,8 @@ from .keys import flow_key
 
 logger = logging.getLogger("django_workqueue.worker")
 
+_SPARE = 0.001
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Group:
@@ -78,10 +80,22 @@ def claim_batches(
     due_in: float | None = None
     if not groups or slots <= 0:
         return ClaimedBatches(batches=batches)
+    # One read finds the groups worth a claim; an idle or filling group costs nothing more.
+    backlog = driver.batch_backlog(
+        [(group.queue, group.flow_key, group.task.spec.batch_size or 1) for group in groups], now
+    )
     start = random.randrange(len(groups))
     for group in groups[start:] + groups[:start]:
         spec = group.task.spec
         size = spec.batch_size or 1
+        ready, waited = backlog.get((group.queue, group.flow_key), (0, 0.0))
+        if ready == 0:
+            continue
+        # Not due by this read (with a millisecond to spare for the float of `waited`): the
+        # claim decides again, exactly, in its own statement.
+        if ready < size and waited < spec.batch_wait - _SPARE:
+            due_in = _earliest(due_in, spec.batch_wait - waited)
+            continue
         while len(batches) < slots:
             try:
                 claim = driver.claim_batch(
@@ -98,10 +112,14 @@ def claim_batches(
                 return ClaimedBatches(batches=batches, due_in=due_in)
             if claim.jobs:
                 batches.append((group.task, claim.jobs))
-            elif claim.due_in is not None:
-                due_in = claim.due_in if due_in is None else min(due_in, claim.due_in)
+            elif claim.due_in is not None:  # another worker took part of it meanwhile
+                due_in = _earliest(due_in, claim.due_in)
             if len(claim.jobs) < size:
                 break  # the group is empty, filling, or gave its last partial batch
         if len(batches) >= slots:
             break
     return ClaimedBatches(batches=batches, due_in=due_in)
+
+
+def _earliest(due_in: float | None, other: float) -> float:
+    return other if due_in is None else min(due_in, other)

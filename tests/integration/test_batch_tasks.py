@@ -157,14 +157,20 @@ def test_postgresql_batch_claim_walks_the_flow_index():
         cursor.execute(f"ANALYZE {Job._meta.db_table}")
     with connection.execute_wrapper(capture):
         assert len(claim().batches) == 1
-    # Every batch task's group is asked (in a random order): explain batch_echo's claim.
-    [(sql, params)] = [(q, p) for q, p in statements if p["key"].endswith(".batch_echo")]
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-
-    assert "wq_job_flow" in plan, plan
-    assert not [line for line in plan.splitlines() if "Seq Scan on " + Job._meta.db_table in line]
+    # One read of every batch task's group, then the claim of the one group that is due.
+    assert [sorted(params) for _, params in statements] == [
+        ["keys", "now", "queues", "sizes"],
+        ["key", "now", "owner", "queue", "size", "wait"],
+    ]
+    for sql, params in statements:
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "wq_job_flow" in plan, plan
+        seq_scans = [
+            line for line in plan.splitlines() if "Seq Scan on " + Job._meta.db_table in line
+        ]
+        assert not seq_scans, plan
 
 
 # --- running ------------------------------------------------------------------------------------
