@@ -192,6 +192,18 @@ class ClaimedJob:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BatchClaim:
+    """What ``Driver.claim_batch`` returns: the jobs of one batch it claimed, or, when the
+    group's jobs are not due together yet, how long until they are."""
+
+    jobs: list[ClaimedJob]
+    """The batch, in claim order (priority DESC, run_after, id); empty if nothing was due."""
+    due_in: float | None = None
+    """With no jobs claimed: seconds (database clock) until the group's oldest ready job has
+    waited ``wait``; None when it has no ready job (or its queue is paused)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlowGroup:
     """A flow key with ready jobs, as ``Driver.flow_keys`` found it."""
@@ -391,6 +403,31 @@ class Driver(abc.ABC):
         rounds — every key's first job, in ``turn`` order, then every key's second — and
         lease them to ``owner`` like ``claim``. Returned in that round order, each with its
         ``flow_key``."""
+
+    @abc.abstractmethod
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        """For each group (queue, flow key, batch size) with ready jobs, in one read-only
+        statement: {(queue, flow key): (its ready jobs counted up to the batch size, seconds
+        the oldest of those has been due)}. A group of a paused queue is left out, as is one
+        with no ready job. What a worker reads each pass to find the batches worth claiming."""
+
+    @abc.abstractmethod
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        """Claim up to ``size`` ready jobs of ``queue`` with ``flow_key`` (a batch task's
+        group) in one statement, in claim order, and lease them to ``owner`` like ``claim`` —
+        but only together: when ``size`` are ready, or the oldest ready one became due
+        (``run_after``) at least ``wait`` seconds ago. Otherwise nothing is claimed and
+        ``due_in`` says when the group will be due. A paused queue claims nothing."""
 
     @abc.abstractmethod
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:

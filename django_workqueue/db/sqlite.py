@@ -18,6 +18,7 @@ from django.core.checks import CheckMessage
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    BatchClaim,
     ClaimedJob,
     CountedDown,
     Driver,
@@ -46,6 +47,16 @@ def _from_now(seconds: str) -> str:
 
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+# What every claim (plain or batch) writes to a job it leases, and returns of it (read back by
+# ``_claimed``): the attempt starts now.
+_LEASE = (
+    f"status = 'running', attempt = attempt + 1, lease_owner = :owner, started_at = {NOW}, "
+    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds')"
+)
+_CLAIMED = (
+    f"{_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), workflow_id, "
+    f"input_shape"
+)
 
 
 class SQLiteDriver(Driver):
@@ -162,22 +173,15 @@ class SQLiteDriver(Driver):
             else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
         )
         sql = (
-            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
-            f"lease_owner = :owner, started_at = {NOW}, "
-            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
-            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
-            f"workflow_id, input_shape"
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' RETURNING {_CLAIMED}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [
-            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
-            for row in rows
-        ]
+        jobs = [_claimed(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
@@ -199,12 +203,9 @@ class SQLiteDriver(Driver):
         sql = (
             f"WITH picked AS (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
             f"ORDER BY round, turn LIMIT :limit) "
-            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
-            f"lease_owner = :owner, started_at = {NOW}, "
-            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
+            f"UPDATE {self.table} SET {_LEASE} "
             f"WHERE id IN (SELECT id FROM picked) AND +status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
-            f"workflow_id, input_shape, flow_key"
+            f"RETURNING {_CLAIMED}, flow_key"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         for i, pick in enumerate(picks):
@@ -213,10 +214,7 @@ class SQLiteDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [
-            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
-            for row in rows
-        ]
+        jobs = [_claimed(row) for row in rows]
         # RETURNING comes in no particular order: put the rounds back (within a key, claim
         # order by priority then id; then each key's turn).
         turns: dict[tuple[str, str | None], int] = {(p.queue, p.key): p.turn for p in picks}
@@ -228,6 +226,75 @@ class SQLiteDriver(Driver):
             ordered.append((rounds[job.flow_key], turns[(job.queue, job.flow_key)], job))
         ordered.sort(key=lambda entry: entry[:2])
         return [job for _, _, job in ordered]
+
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        if not groups:
+            return {}
+        # One bounded branch per group, each reading at most `size` entries of wq_job_flow.
+        branches = [
+            f"SELECT :q{i}, :k{i}, count(*), "
+            f"(julianday({NOW}) - julianday(min(run_after))) * 86400.0 FROM (SELECT run_after "
+            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' AND queue = :q{i} "
+            f"AND flow_key = :k{i} AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM "
+            f"{self.queue_table} WHERE name = :q{i} AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :s{i})"
+            for i in range(len(groups))
+        ]
+        params: dict[str, Any] = {"now": self._now_param(now)}
+        for i, (queue, key, size) in enumerate(groups):
+            params.update({f"q{i}": queue, f"k{i}": key, f"s{i}": size})
+        with self.connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(branches), params)
+            return {(q, k): (n, waited) for q, k, n, waited in cursor.fetchall() if n}
+
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        # The group's first `size` ready jobs in claim order, on wq_job_flow. A look without
+        # the write lock first: an idle or filling group (the usual case) costs one read. The
+        # claim then decides again under the write lock, in its one statement, so a batch
+        # another worker took meanwhile is never claimed half.
+        picked = (
+            f"SELECT id, run_after FROM {self.table} INDEXED BY wq_job_flow "
+            f"WHERE status = 'ready' AND queue = :queue AND flow_key = :key "
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
+            f"WHERE name = :queue AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :size"
+        )
+        due = (
+            f"count(*) >= :size OR min(run_after) <= "
+            f"strftime({_FORMAT}, {NOW}, printf('%%+.6f seconds', -:wait))"
+        )
+        params: dict[str, Any] = {
+            "now": self._now_param(now), "queue": queue, "key": flow_key, "size": size,
+            "wait": float(wait), "owner": owner,
+        }  # fmt: skip
+        look = (
+            f"WITH picked AS ({picked}) SELECT {due}, "
+            f"(julianday(min(run_after)) - julianday({NOW})) * 86400.0 + :wait FROM picked"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(look, params)
+            is_due, due_in = cursor.fetchone()
+            if not is_due:
+                return BatchClaim(jobs=[], due_in=due_in)
+            cursor.execute(
+                f"WITH picked AS ({picked}) UPDATE {self.table} SET {_LEASE} "
+                f"WHERE id IN (SELECT id FROM picked WHERE (SELECT {due} FROM picked)) "
+                f"AND +status = 'ready' RETURNING run_after, {_CLAIMED}",
+                params,
+            )
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (-row[4], row[0], row[1]))  # priority, run_after, id
+        return BatchClaim(jobs=[_claimed(row[1:]) for row in rows])
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
@@ -417,6 +484,11 @@ _PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
 
 def _columns(fields: Iterable[str]) -> str:
     return ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    """A ``ClaimedJob`` from a claim's ``RETURNING {_CLAIMED}`` row."""
+    return ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
 
 
 def _parse(value: Any) -> datetime | None:

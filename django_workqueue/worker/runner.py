@@ -40,6 +40,7 @@ from ..maintenance.scheduler import Scheduler
 from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
+from .batch import Batch, Batches
 from .completer import Completer
 from .connections import (
     close_unusable_connections,
@@ -94,9 +95,10 @@ class Worker:
         self._executing = 0  # jobs handed to slots whose body has not returned yet
         self.completer = Completer(self.driver, self.id)
         self._lock = threading.Lock()
-        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | None] = (
+        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
             queue_module.SimpleQueue()
         )
+        self.batches = Batches(self)  # batch tasks: a whole batch per slot (worker/batch.py)
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
         self._slots: list[threading.Thread] = []
@@ -295,10 +297,12 @@ class Worker:
         # would start only to be released at the end of the grace and run again elsewhere.
         if free <= 0 or self.stopping.is_set():
             return 0
-        jobs = self._claim(self.queues, free)
+        batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
+        free -= batched
+        jobs = self._claim(self.queues, free) if free > 0 else []
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
-        self._drained = not jobs and running_before == 0
+        self._drained = not jobs and running_before == 0 and self.batches.idle
         if self._drained and self.burst and self.promoter.run_once():
             self._drained = False
             self.wake.set()
@@ -325,7 +329,7 @@ class Worker:
             self.claimed_count += len(jobs)
             with self._lock:
                 self.leases.schedule(self._running, now)
-        return len(jobs)
+        return len(jobs) + batched
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues`` for this worker: plain jobs and, if this
@@ -365,6 +369,7 @@ class Worker:
             self.promoter.next_run,
             self.reaper.next_run,
             self.scheduler.next_run,
+            self.batches.wake_at(),
         )
         retry_at = None if self.flow is None else self.flow.retry_at
         if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
@@ -400,6 +405,9 @@ class Worker:
             if handed is None:
                 connections.close_all()  # this thread's connections end with it
                 return
+            if isinstance(handed, Batch):
+                generation = self.batches.serve(handed, generation)
+                continue
             job, item = handed
             outcome: Outcome | None = None
             pending = False
