@@ -24,6 +24,7 @@ from .workqueue import (  # noqa: F401 (client_* actions are found by name)
     client_unfinished,
     copy_job,
 )
+from .workqueue_flow import client_skip_queue_latency  # noqa: F401 (found by name)
 from .workqueue_workflows import (  # noqa: F401 (client_* actions are found by name)
     client_release_cost,
     client_workflow_fanin,
