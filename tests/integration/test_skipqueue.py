@@ -29,7 +29,8 @@ from testproject.testapp.tasks import (
     wait_for_cancel,
 )
 from tests.support import flow_tasks
-from tests.support.database import fresh, ledger_with_pids
+from tests.support.database import db_now, fresh, ledger_with_pids, row_snapshot
+from tests.support.factories import JobFactory
 from tests.support.tasks import sync_customer
 from tests.support.waiting import wait_until
 
@@ -212,3 +213,48 @@ def test_run_job_reports_whether_it_ran():
     assert skipqueue.run_job(job.pk) is True
     assert skipqueue.run_job(job.pk) is False  # no longer ready
     assert (fresh(job).status, fresh(job).result) == ("succeeded", 3)
+
+
+# --- Driver.claim_job: the claim of one job by id -------------------------------------------
+
+
+def test_claim_job_leases_the_job_as_a_claim_does():
+    job = JobFactory(lease_seconds=30, attempt=1, max_attempts=5, args=[4, 5])
+
+    claimed = driver_for("default").claim_job(job.pk, "skip-queue:1:abc")
+
+    assert (claimed.id, claimed.attempt, claimed.max_attempts) == (job.pk, 2, 5)
+    assert claimed.args == [4, 5]
+    job = fresh(job)
+    assert (job.status, job.attempt, job.lease_owner) == ("running", 2, "skip-queue:1:abc")
+    assert 28 < (job.lease_expires_at - db_now()).total_seconds() <= 30
+    assert job.started_at is not None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"status": "scheduled"},
+        {"status": "held"},
+        {"status": "blocked", "waiting_on": 1},
+        {"status": "succeeded"},
+        {"flow_key": "limit:some.task"},
+    ],
+    ids=["scheduled", "held", "blocked", "succeeded", "flow-controlled"],
+)
+def test_claim_job_leaves_a_job_that_is_not_plainly_ready(fields):
+    job = JobFactory(**fields)
+    before = row_snapshot(job)
+
+    assert driver_for("default").claim_job(job.pk, "skip-queue:1:abc") is None
+
+    assert row_snapshot(job) == before
+
+
+def test_claim_job_leaves_a_job_another_worker_holds():
+    job = JobFactory(running=True)
+    before = row_snapshot(job)
+
+    assert driver_for("default").claim_job(job.pk, "skip-queue:1:abc") is None
+
+    assert row_snapshot(job) == before
