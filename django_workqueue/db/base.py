@@ -413,7 +413,10 @@ class Driver(abc.ABC):
         first (the ``wq_claim_expires`` index), in one statement; return how many."""
         claims = IdempotencyClaim.objects.using(self.alias)
         clock = Now() if now is None else now
-        oldest = claims.filter(expires_at__lt=clock).order_by("expires_at").values("key")[:limit]
+        expired = claims.filter(expires_at__lt=clock)
+        if not expired.exists():  # the usual answer: one read, no write lock, no transaction
+            return 0
+        oldest = expired.order_by("expires_at").values("key")[:limit]
         # The condition again on the deleted rows themselves: on PostgreSQL a claim taken over
         # while this statement waited for its row lock is checked anew, and stays.
         deleted, _ = claims.filter(key__in=oldest, expires_at__lt=clock).delete()
