@@ -56,11 +56,6 @@ def claims_inside_own_transaction(context: Any, key: str) -> bool:
     return result[0]
 
 
-@task(max_attempts=2, backoff=0)
-def claims_twice(context: Any, key: str, ttl: float | None = None) -> list[bool]:
-    return [context.claim(key, ttl=ttl), context.claim(key, ttl=ttl)]
-
-
 @task(concurrency=2)
 def limited_task() -> None:
     """A task under flow control (skip-queue refuses it)."""
