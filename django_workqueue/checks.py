@@ -89,6 +89,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    errors += _claim_ttl_messages()
     if not settings.USE_TZ:
         errors.append(
             checks.Error(
@@ -98,6 +99,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return errors
+
+
+def _claim_ttl_messages() -> list[checks.CheckMessage]:
+    from .exceptions import InvalidOption
+    from .flow.claims import check_ttl
+
+    try:
+        check_ttl("WORKQUEUE['CLAIM_TTL']", conf.CLAIM_TTL)
+    except InvalidOption as exc:
+        return [checks.Error(str(exc), id="django_workqueue.E002")]
+    return []
 
 
 @checks.register()

@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     # With catch_up="none", a due tick older than this many seconds counts as missed and is
     # skipped (a worker that was merely busy still fires it).
     "SCHEDULE_MISFIRE_GRACE": 60.0,
+    # How long an idempotency claim (context.claim) is kept, in seconds: within it the key is
+    # taken; after it the key can be claimed again and the reaper deletes the row.
+    "CLAIM_TTL": 7 * 24 * 3600,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
 }

@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from ..models import Job, Queue
+from ..models import IdempotencyClaim, Job, Queue
 from ..outcomes import Outcome
 from ..states import Status, transition
 
@@ -302,11 +302,15 @@ class Driver(abc.ABC):
     vendor: str = ""
     supports_listen_notify: bool = False
     """Whether workers can be woken by the database (PostgreSQL LISTEN/NOTIFY)."""
+    supports_separate_commit: bool = True
+    """Whether a second connection can commit a write while this thread's connection is in an
+    open transaction (SQLite: no, it would wait for that transaction's write lock)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self.table = connections[alias].ops.quote_name(Job._meta.db_table)
         self.queue_table = connections[alias].ops.quote_name(Queue._meta.db_table)
+        self.claim_table = connections[alias].ops.quote_name(IdempotencyClaim._meta.db_table)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -495,6 +499,44 @@ class Driver(abc.ABC):
         rows = Job.objects.using(self.alias).filter(id__in=list(ids))
         return {pk: (status, owner) for pk, status, owner in
                 rows.values_list("id", "status", "lease_owner")}  # fmt: skip
+
+    # --- flow control: skip-queue and idempotency claims -------------------------------------
+
+    @abc.abstractmethod
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        """Claim the one job ``job_id`` for ``owner`` as ``claim`` would (attempt + 1, a lease
+        of the job's ``lease_seconds`` from the database's clock) in one guarded UPDATE, if
+        it is still ready, outside flow control and not in a paused queue; None otherwise (a
+        worker claimed it first, it was cancelled or held). Skip-queue runs its first attempt
+        in the enqueuing process this way."""
+
+    @abc.abstractmethod
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        """Take the idempotency claim ``key`` for ``job_id`` until ``ttl`` seconds after the
+        database's clock, in one statement: insert it, or take over a claim of the key whose
+        ``expires_at`` has passed; return whether this call took it. On ``connection`` (by
+        default this thread's), in its transaction if it has one: a concurrent claim of the
+        same key waits for that transaction and then sees the outcome."""
+
+    def delete_expired_claims(self, limit: int, now: datetime | None = None) -> int:
+        """Delete up to ``limit`` idempotency claims whose ``expires_at`` has passed, oldest
+        first (the ``wq_claim_expires`` index), in one statement; return how many."""
+        claims = IdempotencyClaim.objects.using(self.alias)
+        clock = Now() if now is None else now
+        expired = claims.filter(expires_at__lt=clock)
+        if not expired.exists():  # the usual answer: one read, no write lock, no transaction
+            return 0
+        oldest = expired.order_by("expires_at").values("key")[:limit]
+        # The condition again on the deleted rows themselves: on PostgreSQL a claim taken over
+        # while this statement waited for its row lock is checked anew, and stays.
+        deleted, _ = claims.filter(key__in=oldest, expires_at__lt=clock).delete()
+        return deleted
 
     # --- workflows ---------------------------------------------------------------------------
 

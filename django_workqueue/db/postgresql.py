@@ -347,6 +347,44 @@ class PostgresDriver(Driver):
         claimed.sort(key=lambda row: (-row[6], row[2], row[3]))  # priority, run_after, id
         return BatchClaim(jobs=[ClaimedJob(*row[3:]) for row in claimed])
 
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        # The plain claim's SET and RETURNING, for one row by primary key; its guard is the
+        # plain claim's WHERE. Whoever locks the row first wins: a worker's claim that comes
+        # second skips it (SKIP LOCKED), this UPDATE coming second waits, then sees it running.
+        sql = (
+            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"WHERE j.id = %(id)s AND j.status = 'ready' AND j.flow_key IS NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"  WHERE p.name = j.queue AND p.paused_at IS NOT NULL) "
+            f"RETURNING {_CLAIMED}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": job_id, "owner": owner, "now": None})
+            row = cursor.fetchone()
+        return None if row is None else ClaimedJob(*row)
+
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        # A second session inserting the same key waits for the first's transaction, then
+        # takes the conflict branch, whose WHERE is checked against the row as committed: an
+        # unexpired claim returns nothing, an expired one is taken over by exactly one session.
+        sql = (
+            f"INSERT INTO {self.claim_table} AS c (key, job_id, claimed_at, expires_at) "
+            f"VALUES (%(key)s, %(job_id)s, {CLOCK}, "
+            f"  {CLOCK} + make_interval(secs => %(ttl)s::float8)) "
+            f"ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, "
+            f"claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at "
+            f"WHERE c.expires_at <= {CLOCK} RETURNING c.key"
+        )
+        with (connection or self.connection).cursor() as cursor:
+            cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
+            return cursor.fetchone() is not None
+
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
             return {}

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.checks import CheckMessage
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
@@ -62,6 +63,7 @@ _CLAIMED = (
 class SQLiteDriver(Driver):
     vendor = "sqlite"
     supports_listen_notify = False
+    supports_separate_commit = False
 
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
@@ -295,6 +297,40 @@ class SQLiteDriver(Driver):
             rows = cursor.fetchall()
         rows.sort(key=lambda row: (-row[4], row[0], row[1]))  # priority, run_after, id
         return BatchClaim(jobs=[_claimed(row[1:]) for row in rows])
+
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        # The plain claim's SET and RETURNING for one row by primary key, under the write lock.
+        sql = (
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id = :id AND status = 'ready' AND flow_key IS NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"  WHERE p.name = {self.table}.queue AND p.paused_at IS NOT NULL) "
+            f"RETURNING {_CLAIMED}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": job_id, "owner": owner, "now": None})
+            row = cursor.fetchone()
+        return None if row is None else _claimed(row)
+
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        # One statement under the write lock: the insert, or the take-over of an expired
+        # claim (the upsert's WHERE), or nothing. RETURNING gives a row only for the first two.
+        sql = (
+            f"INSERT INTO {self.claim_table} (key, job_id, claimed_at, expires_at) "
+            f"VALUES (:key, :job_id, {_CLOCK}, {_from_now(':ttl')}) "
+            f"ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, "
+            f"claimed_at = excluded.claimed_at, expires_at = excluded.expires_at "
+            f"WHERE {self.claim_table}.expires_at <= {_CLOCK} RETURNING key"
+        )
+        with (connection or self.connection).cursor() as cursor:
+            cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
+            return cursor.fetchone() is not None
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
