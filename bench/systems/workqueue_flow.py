@@ -63,6 +63,9 @@ def client_flow_claim(jobs: int, keys: int, claims: int, limit: int) -> dict[str
 
         timings, statements = [], []
         for n in range(5 + claims):
+            # The log is a deque of at most 9,000 entries: full, it no longer grows, and a
+            # capture (a slice between two lengths) would come back empty.
+            connections[alias].queries_log.clear()
             with CaptureQueriesContext(connections[alias]) as queries:
                 started = time.perf_counter()
                 claimed = claim()

@@ -98,9 +98,10 @@ class FlowClaimer:
                 [FlowLimit(key=key) for key in missing], ignore_conflicts=True
             )
             locked.update(self._lock(missing))
+        counted = [key for key in locked if limits[key].concurrency is not None]
         running = dict(
             Job.objects.using(alias)
-            .filter(status=Status.RUNNING, flow_key__in=list(locked))
+            .filter(status=Status.RUNNING, flow_key__in=counted)
             .values_list("flow_key")
             .annotate(n=Count("id"))
             .values_list("flow_key", "n")
