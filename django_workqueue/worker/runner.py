@@ -25,7 +25,7 @@ import queue as queue_module
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import connections
 
@@ -33,6 +33,7 @@ from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
+from ..flow.backpressure import Backpressure
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
 from ..maintenance.scheduler import Scheduler
@@ -49,6 +50,7 @@ from .connections import (
 from .execution import run
 from .lease import LeaseKeeper, RunningJob
 from .registration import Registration
+from .slots import SlotPool, scale
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -58,7 +60,11 @@ _MAX_ERROR_BACKOFF = 5.0
 class Worker:
     """Runs jobs from ``queues`` with ``concurrency`` slots until stopped.
 
+    Or ``queue_slots`` per queue; ``max_concurrency`` autoscales them (see worker/slots.py).
+
     >>> Worker(queues=["default"], concurrency=4, burst=True).run()
+    >>> Worker(queue_slots={"default": 8, "mail": 2}).run()
+    >>> Worker(concurrency=2, max_concurrency=32).run()
     """
 
     def __init__(
@@ -71,9 +77,10 @@ class Worker:
         poll_interval: float | None = None,
         worker_id: str | None = None,
         grace_seconds: float | None = None,
+        queue_slots: Mapping[str, int] | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
-        self.queues = list(queues or conf.QUEUES)
-        self.concurrency = concurrency
+        self.queues = list(queue_slots or queues or conf.QUEUES)
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = float(poll_interval or conf.POLL_INTERVAL)
@@ -98,10 +105,21 @@ class Worker:
         )
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
-        self._slots: list[threading.Thread] = []
+        self.pool = SlotPool.build(
+            self._slot, self._inbox, concurrency, max_concurrency=max_concurrency,
+            queue_slots=queue_slots,
+        )  # fmt: skip
+        self.concurrency = self.pool.size
+        self._slots = self.pool.threads
+        self._requested: int | None = None  # slots asked for by operations.scale_worker
+        self._claimed_in_pass = 0
+        self.backpressure = Backpressure.from_settings(self.id)
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
-        self.registration = Registration(self.alias, self.id, self.queues, concurrency)
+        self.registration = Registration(
+            self.alias, self.id, self.queues, self.concurrency, queue_slots=queue_slots,
+            concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
+        )  # fmt: skip
         self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
         # A worker never reaps its own leases: it is alive, and one of them may have lapsed only
         # because another session held the job's row locked (renewals skip locked rows).
@@ -164,16 +182,14 @@ class Worker:
         except Exception as exc:  # a locked or restarting database: the ticks retry it
             logger.warning("worker %s: could not register or sync yet (%s)", self.id, exc)
             connections[self.alias].close()
-        for n in range(self.concurrency):
-            slot = threading.Thread(target=self._slot, name=f"workqueue-slot-{n}", daemon=True)
-            slot.start()
-            self._slots.append(slot)
+        self.pool.start()
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
             self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
         logger.info(
-            "worker %s started: queues=%s concurrency=%s", self.id, self.queues, self.concurrency
-        )
+            "worker %s started: queues=%s concurrency=%s", self.id, self.queues,
+            self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
+        )  # fmt: skip
         self.started.set()
 
     def _tick(self) -> int:
@@ -183,11 +199,11 @@ class Worker:
         locked, a value the database refuses) never stops the heartbeat, the maintenance or
         the claims; a lost connection ends the pass and backs off.
         """
-        claimed = 0
+        claimed = self._claimed_in_pass = 0
         failed = False
         self._connection_lost = False
         steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
-                 self._maintain, self._fill)  # fmt: skip
+                 self._maintain, self._fill, self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -197,7 +213,7 @@ class Worker:
                     break  # the connection is gone: the other steps would fail the same way
             else:
                 if step == self._fill:
-                    claimed = int(result or 0)  # type: ignore[arg-type]
+                    claimed = self._claimed_in_pass = int(result or 0)  # type: ignore[arg-type]
         if not failed:
             self._error_backoff = 0.0
         return claimed
@@ -252,7 +268,7 @@ class Worker:
         if not self.leases.due(now):
             return
         self.leases.renew(running)
-        self.registration.beat()
+        self._requested = self.registration.beat()
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
@@ -292,7 +308,11 @@ class Worker:
         # would start only to be released at the end of the grace and run again elsewhere.
         if free <= 0 or self.stopping.is_set():
             return 0
-        jobs = self._claim(self.queues, free)
+        if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
+            return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
+        with self._lock:
+            claims = self.pool.claims(self.queues, free)
+        jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = not jobs and running_before == 0
@@ -316,13 +336,18 @@ class Worker:
                     is_async=bool(task and task.spec.is_async),
                 )
                 self._executing += 1
+                self.pool.began(job.queue)
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
         if jobs:
             self.claimed_count += len(jobs)
             with self._lock:
                 self.leases.schedule(self._running, now)
+                self.backpressure.recent.add(now, claimed=len(jobs))
         return len(jobs)
+
+    def _scale(self) -> None:
+        scale(self)
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues`` for this worker."""
@@ -349,6 +374,7 @@ class Worker:
             self.promoter.next_run,
             self.reaper.next_run,
             self.scheduler.next_run,
+            self.backpressure.resume_at or float("inf"),  # claims may start again then
         )
         return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
@@ -379,6 +405,8 @@ class Worker:
         while True:
             handed = self._inbox.get()
             if handed is None:
+                if not self.pool.retire():  # meant for a slot that a later grow kept
+                    continue
                 connections.close_all()  # this thread's connections end with it
                 return
             job, item = handed
@@ -402,6 +430,9 @@ class Worker:
                     logger.exception("job %s: could not tidy the slot's connections", job.id)
                 with self._lock:
                     self._executing -= 1
+                    self.pool.ended(job.queue)
+                    if outcome is not None:
+                        self.backpressure.recent.add_outcome(time.monotonic(), outcome.kind)
                     if outcome is not None and pending:
                         item.context.finished = True
                         self.completer.hand_over(outcome)
