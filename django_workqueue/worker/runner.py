@@ -112,7 +112,7 @@ class Worker:
         self.concurrency = self.pool.size
         self._slots = self.pool.threads
         self._requested: int | None = None  # slots asked for by operations.scale_worker
-        self._claimed_in_pass = 0
+        self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
         self.backpressure = Backpressure.from_settings(self.id)
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
@@ -199,7 +199,8 @@ class Worker:
         locked, a value the database refuses) never stops the heartbeat, the maintenance or
         the claims; a lost connection ends the pass and backs off.
         """
-        claimed = self._claimed_in_pass = 0
+        claimed = 0
+        self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
         steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
@@ -213,7 +214,7 @@ class Worker:
                     break  # the connection is gone: the other steps would fail the same way
             else:
                 if step == self._fill:
-                    claimed = self._claimed_in_pass = int(result or 0)  # type: ignore[arg-type]
+                    claimed = int(result or 0)  # type: ignore[arg-type]
         if not failed:
             self._error_backoff = 0.0
         return claimed
@@ -313,6 +314,7 @@ class Worker:
         with self._lock:
             claims = self.pool.claims(self.queues, free)
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
+        self._last_fill = (free, len(jobs))
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = not jobs and running_before == 0

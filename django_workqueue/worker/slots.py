@@ -91,14 +91,18 @@ class SlotPool:
     def start(self) -> None:
         self._spawn(self.size)
 
-    def wanted(self, requested: int | None, *, now: float, busy: int, claimed: int) -> int:
+    def wanted(
+        self, requested: int | None, *, now: float, busy: int, free: int, claimed: int
+    ) -> int:
         """The slots to have after a pass: those ``scale_worker`` asked for (within the
         autoscaling range; per-queue budgets ignore requests), or the autoscaler's choice."""
         if requested is not None and not self.queue_slots:
             wanted = self.autoscaler.clamp(requested) if self.autoscaler else requested
             return max(1, min(wanted, MAX_SLOTS))
         if self.autoscaler is not None:
-            return self.autoscaler.after_pass(now=now, slots=self.size, busy=busy, claimed=claimed)
+            return self.autoscaler.after_pass(
+                now=now, slots=self.size, busy=busy, free=free, claimed=claimed
+            )
         return self.size
 
     def resize(self, size: int, *, now: float, busy: int) -> None:
@@ -173,7 +177,7 @@ class Autoscaler:
     """Moves a worker's slots between ``floor`` and ``ceiling``.
 
     - **Grow** after a pass whose claim filled every free slot (ready jobs may well be waiting):
-      by as many slots as that claim took, so a backlog doubles the pool at most per pass.
+      by as many slots as that claim took, so a backlog at most doubles the pool per pass.
     - **Shrink** once ``idle_seconds`` have passed since the last change: down to the most slots
       that were busy at once in that time (never below the floor). A worker that ran nothing
       for ``idle_seconds`` is back at its floor.
@@ -181,7 +185,7 @@ class Autoscaler:
       claimed, so they never make the pool grow.
 
     >>> scaler = Autoscaler(floor=2, ceiling=32, idle_seconds=30.0)
-    >>> scaler.after_pass(now=0.0, slots=2, busy=2, claimed=2)
+    >>> scaler.after_pass(now=0.0, slots=2, busy=2, free=2, claimed=2)
     4
     """
 
@@ -191,13 +195,15 @@ class Autoscaler:
     _window_start: float | None = None
     _peak_busy: int = 0
 
-    def after_pass(self, *, now: float, slots: int, busy: int, claimed: int) -> int:
-        """The slots wanted after a pass that claimed ``claimed`` jobs and left ``busy`` of
-        ``slots`` busy."""
+    def after_pass(self, *, now: float, slots: int, busy: int, free: int, claimed: int) -> int:
+        """The slots wanted after a pass that claimed ``claimed`` jobs for ``free`` free slots
+        and left ``busy`` of ``slots`` busy."""
         if self._window_start is None:
             self.restart(now, busy)
-        self._peak_busy = max(self._peak_busy, busy)
-        if claimed and busy >= slots and slots < self.ceiling:
+        # Busy right after the claim, before fast jobs could finish: the peak of this pass.
+        busy_after_claim = slots - free + claimed if claimed else 0
+        self._peak_busy = max(self._peak_busy, busy, busy_after_claim)
+        if claimed and claimed >= free and slots < self.ceiling:
             self.restart(now, busy)
             return min(self.ceiling, slots + claimed)
         assert self._window_start is not None
@@ -222,7 +228,8 @@ def scale(worker: Worker) -> None:
     requested, now, pool = worker._requested, time.monotonic(), worker.pool
     with worker._lock:
         busy = worker._executing
-    slots = pool.wanted(requested, now=now, busy=busy, claimed=worker._claimed_in_pass)
+    free, claimed = worker._last_fill
+    slots = pool.wanted(requested, now=now, busy=busy, free=free, claimed=claimed)
     if slots != pool.size:
         logger.info("worker %s: %s -> %s slots", worker.id, pool.size, slots)
         pool.resize(slots, now=now, busy=busy)
