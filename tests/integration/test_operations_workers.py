@@ -72,6 +72,6 @@ def test_scale_worker_keeps_an_autoscaling_worker_within_its_range():
 def test_scale_worker_refuses_a_worker_with_slots_per_queue():
     registered("budgets", concurrency=10, queue_slots={"default": 8, "mail": 2})
 
-    with pytest.raises(InvalidSlots, match=r"slots per queue \(--queues default:8,mail:2\)"):
+    with pytest.raises(InvalidSlots, match=r"slots per queue .* restart it with other --queues"):
         operations.scale_worker("budgets", 4)
     assert requested("budgets") is None
