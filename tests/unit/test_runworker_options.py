@@ -94,3 +94,14 @@ def test_queue_slots_with_concurrency_names_the_fix(concurrency):
 def test_queue_slots_beyond_the_bound_are_refused():
     with pytest.raises(CommandError, match="Run more worker processes instead"):
         slot_options([("a", MAX_SLOTS), ("b", 1)], None)
+
+
+def test_raw_values_from_call_command_are_parsed_too():
+    """``call_command("runworker", concurrency=4)`` hands the value over unparsed."""
+    assert slot_options(["default", "mail"], 4) == {
+        "queues": ["default", "mail"], "concurrency": 4, "max_concurrency": None,
+    }  # fmt: skip
+    assert slot_options("default:2,mail:1", None) == {"queue_slots": {"default": 2, "mail": 1}}
+    assert slot_options(None, "2-8")["max_concurrency"] == 8
+    with pytest.raises(CommandError, match="0 must be at least 1"):
+        slot_options(None, 0)

@@ -60,11 +60,18 @@ def slot_range(value: str) -> tuple[int, int | None]:
     return floor, ceiling
 
 
-def slot_options(
-    queues: list[tuple[str, int | None]] | None, concurrency: tuple[int, int | None] | None
-) -> dict[str, Any]:
+def slot_options(queues: Any, concurrency: Any) -> dict[str, Any]:
     """The ``Worker`` arguments for ``--queues`` and ``--concurrency``, or a ``CommandError``
-    for a combination that does not fit."""
+    for a combination that does not fit.
+
+    Takes the parsed values, or the raw ones ``call_command("runworker", concurrency=4,
+    queues=["default"])`` passes (argparse does not convert keyword options)."""
+    try:
+        queues = _parsed_queues(queues)
+        if concurrency is not None and not isinstance(concurrency, tuple):
+            concurrency = slot_range(str(concurrency))
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(str(exc)) from None
     budgets = {name: slots for name, slots in queues or [] if slots is not None}
     if not budgets:
         floor, ceiling = concurrency or (1, None)
@@ -87,6 +94,16 @@ def slot_options(
     if sum(budgets.values()) > MAX_SLOTS:
         raise CommandError(_too_many_slots(sum(budgets.values())))
     return {"queue_slots": budgets}
+
+
+def _parsed_queues(queues: Any) -> list[tuple[str, int | None]] | None:
+    if not queues:
+        return None
+    if isinstance(queues, str):
+        return queue_list(queues)
+    if all(isinstance(item, tuple) for item in queues):
+        return list(queues)
+    return queue_list(",".join(str(item) for item in queues))
 
 
 def _too_many_slots(slots: int) -> str:
