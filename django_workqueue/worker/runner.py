@@ -3,7 +3,8 @@
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
 reaper, scheduler) and the completion writes on one connection; N slot threads run jobs, one
 connection each; PostgreSQL adds one LISTEN connection. That is the connection budget:
-concurrency + 2.
+concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or an autoscaling
+ceiling; see ``slots.py``).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
@@ -60,7 +61,8 @@ _MAX_ERROR_BACKOFF = 5.0
 class Worker:
     """Runs jobs from ``queues`` with ``concurrency`` slots until stopped.
 
-    Or ``queue_slots`` per queue; ``max_concurrency`` autoscales them (see worker/slots.py).
+    ``queue_slots`` gives each queue its own slots instead; with ``max_concurrency`` the slots
+    autoscale from ``concurrency`` up to it (see ``slots.py``).
 
     >>> Worker(queues=["default"], concurrency=4, burst=True).run()
     >>> Worker(queue_slots={"default": 8, "mail": 2}).run()
