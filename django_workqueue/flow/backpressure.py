@@ -156,6 +156,14 @@ class Backpressure:
         self.resume_at = now + pause
         return False
 
+    def paused_until(self, now: float) -> float:
+        """When the running pause ends; ``inf`` when none is running (one that has run out but
+        whose claim has not come yet, because every slot is busy, is over too: a worker must
+        not wake for it again and again)."""
+        if self.resume_at is None or self.resume_at <= now:
+            return math.inf
+        return self.resume_at
+
     def _ask(self, stats: WorkerStats) -> float:
         assert self.hook is not None
         try:

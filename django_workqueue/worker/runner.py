@@ -378,7 +378,7 @@ class Worker:
             self.promoter.next_run,
             self.reaper.next_run,
             self.scheduler.next_run,
-            self.backpressure.resume_at or float("inf"),  # claims may start again then
+            self.backpressure.paused_until(time.monotonic()),  # claims may start again then
         )
         return max(0.0, min(self.poll_interval, due - time.monotonic()))
 

@@ -169,6 +169,17 @@ def test_a_pause_holds_claims_until_it_has_run_out():
     assert len(hook.seen) == 2
 
 
+def test_a_worker_sleeps_until_a_running_pause_ends_and_not_for_one_that_ended():
+    gate = Backpressure("w", Hook(5.0), window=30)
+    assert gate.paused_until(100.0) == float("inf")  # no pause yet
+
+    gate.may_claim(slots=2, busy=0, now=100.0)
+
+    assert gate.paused_until(101.0) == 105.0
+    # Over, but its claim waits for a free slot: nothing to wake up for (no busy loop).
+    assert gate.paused_until(105.0) == float("inf")
+
+
 def test_the_hook_gets_the_workers_live_stats():
     hook = Hook(0)
     gate = Backpressure("worker-1", hook, window=30)
