@@ -19,7 +19,15 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import engine_metrics, metrics, pgadmin, profiling, report, workflow_metrics
+from . import (
+    engine_metrics,
+    flow_metrics,
+    metrics,
+    pgadmin,
+    profiling,
+    report,
+    workflow_metrics,
+)
 from .bootstrap import ROOT
 from .systems import PEERS, load
 from .systems.base import Options
@@ -29,7 +37,11 @@ PEER_METRICS = frozenset({"enqueue", "drain", "latency"})
 WORKQUEUE_METRICS = PEER_METRICS | {"backlog", "sustained", "scaling", "profile"}
 
 # Measured on the engine databases (PostgreSQL, then SQLite): issue 8's and the workflows'.
-ENGINE_MEASUREMENTS = {**engine_metrics.MEASUREMENTS, **workflow_metrics.MEASUREMENTS}
+ENGINE_MEASUREMENTS = {
+    **engine_metrics.MEASUREMENTS,
+    **workflow_metrics.MEASUREMENTS,
+    **flow_metrics.MEASUREMENTS,
+}
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",
             "django-tasks", "django-tasks-db", "py-spy")  # fmt: skip

@@ -65,6 +65,21 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "release_cost_chain_singly": ("completion of chain steps one by one", "stmts/job", "lower"),
     "release_cost_fanin_singly": ("completion of a fan-in's members one by one", "stmts/job",
                                   "lower"),
+    "flow_claim_plain_p50": ("claim of 8, no flow control, median", "ms", "lower"),
+    "flow_claim_concurrency_p50": ("claim of 8 under concurrency=, median", "ms", "lower"),
+    "flow_claim_concurrency_per_key_p50": ("claim of 8 under concurrency= per limit_key "
+                                           "(many keys), median", "ms", "lower"),
+    "flow_claim_rate_p50": ("claim of 8 under rate=, median", "ms", "lower"),
+    "flow_claim_fair_p50": ("claim of 8 under fair_key= (many tenants), median", "ms", "lower"),
+    "flow_claim_concurrency_ratio": ("claim under concurrency= / plain claim", "ratio", "lower"),
+    "flow_claim_concurrency_per_key_ratio": ("claim under per-key concurrency= / plain claim",
+                                             "ratio", "lower"),
+    "flow_claim_rate_ratio": ("claim under rate= / plain claim", "ratio", "lower"),
+    "flow_claim_fair_ratio": ("claim under fair_key= / plain claim", "ratio", "lower"),
+    "flow_claim_plain_statements": ("statements per claim, no flow control", "stmts", "lower"),
+    "flow_claim_concurrency_per_key_statements": ("statements per claim under per-key "
+                                                  "concurrency=", "stmts", "lower"),
+    "flow_claim_fair_statements": ("statements per claim under fair_key=", "stmts", "lower"),
 }  # fmt: skip
 for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
     METRICS.update(

@@ -8,6 +8,8 @@
     python bench/run.py --systems workqueue --metrics profile
     python bench/run.py --metrics future_backlog,idle_poll,queue_claim,cancel_latency  # issue 8
     python bench/run.py --metrics workflow_fanin,release_cost  # workflows
+    python bench/run.py --metrics flow_claim  # what flow control costs a claim
+    python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -35,7 +37,8 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # The engine measurements of issue 8 (bench/engine_metrics.py) and the workflows'
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
-                  "workflow_fanin", "release_cost")  # fmt: skip
+                  "workflow_fanin", "release_cost", "flow_claim",
+                  "skip_queue_latency")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
@@ -69,6 +72,10 @@ SIZES = {
     "cancel_jitter": 1.0,  # ... each after a random wait of up to this many seconds
     "fanin": 1_000,  # members of the fan-out whose fan-in callback's start is timed
     "release_batch": 100,  # completions per batch whose statements are counted
+    "flow_jobs": 20_000,  # ready jobs per case of the flow claim measurement ...
+    "flow_keys": 2_000,  # ... spread over this many keys (per-key limits, tenants) ...
+    "flow_claims": 200,  # ... and timed claims per case
+    "skip_queue": 200,  # jobs enqueued with skip_queue, and as many without, one at a time
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -76,7 +83,8 @@ QUICK_SIZES = {
     "sqlite_enqueue": 100, "sqlite_bulk": 1_000, "sqlite_drain": 300, "profile": 5_000,
     "profile_seconds": 2, "future_due": 200, "future_waiting": 2_000, "idle_waiting": 5_000,
     "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 2,
-    "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10,
+    "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10, "flow_jobs": 400,
+    "flow_keys": 50, "flow_claims": 20, "skip_queue": 10,
 }  # fmt: skip
 
 

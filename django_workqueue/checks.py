@@ -92,6 +92,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     errors.extend(_backpressure_messages(conf.BACKPRESSURE))
+    errors += _claim_ttl_messages()
     if not settings.USE_TZ:
         errors.append(
             checks.Error(
@@ -126,6 +127,17 @@ def _backpressure_messages(value: object) -> list[checks.CheckMessage]:
     return [
         checks.Error(f"WORKQUEUE['BACKPRESSURE'] {problem}.", hint=hint, id="django_workqueue.E011")
     ]
+
+
+def _claim_ttl_messages() -> list[checks.CheckMessage]:
+    from .exceptions import InvalidOption
+    from .flow.claims import check_ttl
+
+    try:
+        check_ttl("WORKQUEUE['CLAIM_TTL']", conf.CLAIM_TTL)
+    except InvalidOption as exc:
+        return [checks.Error(str(exc), id="django_workqueue.E002")]
+    return []
 
 
 @checks.register()

@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # An autoscaling worker (runworker --concurrency MIN-MAX) shrinks after this many seconds
     # to the most slots that were busy at once meanwhile (never below MIN).
     "AUTOSCALE_IDLE_SECONDS": 30.0,
+    # How long an idempotency claim (context.claim) is kept, in seconds: within it the key is
+    # taken; after it the key can be claimed again and the reaper deletes the row.
+    "CLAIM_TTL": 7 * 24 * 3600,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
 }

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidProgress, JobCancelled
@@ -175,6 +176,32 @@ class JobContext:
             return True
         written = self._driver.write_progress(self.owner, [report]).written
         return (report.job_id, report.attempt) in written
+
+    # --- idempotency --------------------------------------------------------------------------
+
+    def claim(self, key: str, ttl: float | timedelta | None = None) -> bool:
+        """Return True if this call is the first to claim ``key``, across every worker, process
+        and attempt, and False ever after, until the claim expires (``ttl`` seconds, by
+        default ``WORKQUEUE["CLAIM_TTL"]``, 7 days). Guard a side effect a retry must not
+        repeat:
+
+        >>> if context.claim(f"charge:{invoice_id}"):
+        ...     charge(invoice_id)
+
+        In a task without ``atomic=True`` the claim commits at once, so an attempt that
+        crashes after it leaves it taken: the side effect runs at most once. In an
+        ``atomic=True`` task it joins the task's transaction and rolls back with a failed
+        attempt: exactly once together with the body's database writes. See
+        ``docs/guides/flow-control.md``. ``key``: a non-empty string of up to 255 characters.
+        """
+        from .flow.claims import claim
+        from .registry import find_task
+
+        task = find_task(self.job.task_name)
+        return claim(
+            self._driver, key, job_id=self.job.id, ttl=ttl,
+            joins=bool(task is not None and task.spec.atomic),
+        )  # fmt: skip
 
     # --- workflows ----------------------------------------------------------------------------
 

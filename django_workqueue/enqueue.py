@@ -138,6 +138,10 @@ def job_template(task: Task) -> NewJob:
     check_unique_mode(owner, on_conflict, unique_for)
     if options.run_at is not None and options.delay is not None:
         raise InvalidOption(f"{owner}: give delay or run_at, not both")
+    if options.skip_queue:
+        from .flow.skipqueue import check
+
+        check(task)
     deadline = options.deadline
     if deadline is None and spec.expires_after is not None:
         deadline = spec.expires_after  # from the enqueue, by the database's clock

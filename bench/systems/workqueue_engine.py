@@ -24,6 +24,10 @@ from .workqueue import (  # noqa: F401 (client_* actions are found by name)
     client_unfinished,
     copy_job,
 )
+from .workqueue_flow import (  # noqa: F401 (client_* actions are found by name)
+    client_flow_claim,
+    client_skip_queue_latency,
+)
 from .workqueue_workflows import (  # noqa: F401 (client_* actions are found by name)
     client_release_cost,
     client_workflow_fanin,

@@ -11,6 +11,8 @@ from .base import (
     Driver,
     Ended,
     Expired,
+    FlowGroup,
+    FlowPick,
     Inserted,
     NewJob,
     Progress,
@@ -18,7 +20,8 @@ from .base import (
 )
 
 __all__ = [
-    "ClaimedJob", "CountedDown", "Driver", "Ended", "Expired", "Inserted", "NewJob", "Outcome",
+    "ClaimedJob", "CountedDown", "Driver", "Ended", "Expired", "FlowGroup", "FlowPick",
+    "Inserted", "NewJob", "Outcome",
     "OutcomeKind",
     "Progress", "Recorded", "driver_class", "driver_for",
 ]  # fmt: skip

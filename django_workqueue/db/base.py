@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from ..models import Job, Queue
+from ..models import IdempotencyClaim, Job, Queue
 from ..outcomes import Outcome
 from ..states import Status, transition
 
@@ -141,6 +141,7 @@ class ClaimedJob:
         "attempt",
         "deadline",
         "deadline_passed",
+        "flow_key",
         "id",
         "input_shape",
         "lease_seconds",
@@ -155,7 +156,7 @@ class ClaimedJob:
         self, id: int, task_name: str, queue: str, priority: int, attempt: int,
         max_attempts: int, lease_seconds: int, deadline: datetime | None,
         deadline_passed: bool, payload: str, workflow_id: int | None = None,
-        input_shape: Any = None,
+        input_shape: Any = None, flow_key: str | None = None,
     ) -> None:  # fmt: skip
         self.id = id
         self.task_name = task_name
@@ -169,6 +170,7 @@ class ClaimedJob:
         self._payload = payload  # '[args, kwargs]'
         self._arguments: tuple[list[Any], dict[str, Any]] | None = None
         self.workflow_id = workflow_id
+        self.flow_key = flow_key
         # JSON text from the claim (None for a job that receives no prerequisite's result).
         self.input_shape = json.loads(input_shape) if isinstance(input_shape, str) else input_shape
 
@@ -188,6 +190,38 @@ class ClaimedJob:
 
     def __repr__(self) -> str:
         return f"<ClaimedJob {self.task_name}#{self.id} attempt {self.attempt}>"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BatchClaim:
+    """What ``Driver.claim_batch`` returns: the jobs of one batch it claimed, or, when the
+    group's jobs are not due together yet, how long until they are."""
+
+    jobs: list[ClaimedJob]
+    """The batch, in claim order (priority DESC, run_after, id); empty if nothing was due."""
+    due_in: float | None = None
+    """With no jobs claimed: seconds (database clock) until the group's oldest ready job has
+    waited ``wait``; None when it has no ready job (or its queue is paused)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlowGroup:
+    """A flow key with ready jobs, as ``Driver.flow_keys`` found it."""
+
+    queue: str
+    key: str
+    task_name: str
+    """The task of the key's first ready job (a limit key belongs to one task)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlowPick:
+    """How many jobs ``Driver.claim_flow`` may take of one flow key, and the key's turn."""
+
+    queue: str
+    key: str
+    take: int
+    turn: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -268,11 +302,15 @@ class Driver(abc.ABC):
     vendor: str = ""
     supports_listen_notify: bool = False
     """Whether workers can be woken by the database (PostgreSQL LISTEN/NOTIFY)."""
+    supports_separate_commit: bool = True
+    """Whether a second connection can commit a write while this thread's connection is in an
+    open transaction (SQLite: no, it would wait for that transaction's write lock)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self.table = connections[alias].ops.quote_name(Job._meta.db_table)
         self.queue_table = connections[alias].ops.quote_name(Queue._meta.db_table)
+        self.claim_table = connections[alias].ops.quote_name(IdempotencyClaim._meta.db_table)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -312,6 +350,88 @@ class Driver(abc.ABC):
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
         first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        """Up to ``limit`` flow keys (``batch:`` keys left out) with ready jobs in the unpaused
+        ``queues``: those after ``after`` in key order first, then from the first key on
+        (round-robin from a cursor). Each key costs one index probe, however many jobs and
+        keys there are (a skip scan of ``wq_job_flow``). The generic version walks with one
+        query per key, fine for an embedded database; a server overrides it with one
+        statement."""
+        paused = set(
+            Queue.objects.using(self.alias)
+            .filter(name__in=list(queues), paused_at__isnull=False)
+            .values_list("name", flat=True)
+        )
+        served = [queue for queue in queues if queue not in paused]
+        ahead = sorted(
+            (g for queue in served for g in self._walk(queue, after, None, limit)),
+            key=lambda g: (g.key, g.queue),
+        )[:limit]
+        if len(ahead) < limit and after:
+            behind = sorted(
+                (g for queue in served for g in self._walk(queue, "", after, limit)),
+                key=lambda g: (g.key, g.queue),
+            )
+            ahead += behind[: limit - len(ahead)]
+        return ahead
+
+    def _walk(self, queue: str, low: str, high: str | None, limit: int) -> list[FlowGroup]:
+        ready = Job.objects.using(self.alias).filter(
+            status=Status.READY, queue=queue, flow_key__isnull=False
+        )
+        if high is not None:
+            ready = ready.filter(flow_key__lte=high)
+        groups: list[FlowGroup] = []
+        key = low
+        while len(groups) < limit:
+            row = (
+                ready.filter(flow_key__gt=key)
+                .order_by("flow_key")
+                .values_list("flow_key", "task_name")
+                .first()
+            )
+            if row is None:
+                break
+            key = row[0] or ""  # never None: the filter is flow_key > key
+            if not key.startswith("batch:"):
+                groups.append(FlowGroup(queue, key, row[1]))
+        return groups
+
+    @abc.abstractmethod
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs under flow control in one statement: of each pick,
+        up to ``take`` of its key's jobs in claim order (priority, run_after, id), taken in
+        rounds — every key's first job, in ``turn`` order, then every key's second — and
+        lease them to ``owner`` like ``claim``. Returned in that round order, each with its
+        ``flow_key``."""
+
+    @abc.abstractmethod
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        """For each group (queue, flow key, batch size) with ready jobs, in one read-only
+        statement: {(queue, flow key): (its ready jobs counted up to the batch size, seconds
+        the oldest of those has been due)}. A group of a paused queue is left out, as is one
+        with no ready job. What a worker reads each pass to find the batches worth claiming."""
+
+    @abc.abstractmethod
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        """Claim up to ``size`` ready jobs of ``queue`` with ``flow_key`` (a batch task's
+        group) in one statement, in claim order, and lease them to ``owner`` like ``claim`` —
+        but only together: when ``size`` are ready, or the oldest ready one became due
+        (``run_after``) at least ``wait`` seconds ago. Otherwise nothing is claimed and
+        ``due_in`` says when the group will be due. A paused queue claims nothing."""
 
     @abc.abstractmethod
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
@@ -379,6 +499,44 @@ class Driver(abc.ABC):
         rows = Job.objects.using(self.alias).filter(id__in=list(ids))
         return {pk: (status, owner) for pk, status, owner in
                 rows.values_list("id", "status", "lease_owner")}  # fmt: skip
+
+    # --- flow control: skip-queue and idempotency claims -------------------------------------
+
+    @abc.abstractmethod
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        """Claim the one job ``job_id`` for ``owner`` as ``claim`` would (attempt + 1, a lease
+        of the job's ``lease_seconds`` from the database's clock) in one guarded UPDATE, if
+        it is still ready, outside flow control and not in a paused queue; None otherwise (a
+        worker claimed it first, it was cancelled or held). Skip-queue runs its first attempt
+        in the enqueuing process this way."""
+
+    @abc.abstractmethod
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        """Take the idempotency claim ``key`` for ``job_id`` until ``ttl`` seconds after the
+        database's clock, in one statement: insert it, or take over a claim of the key whose
+        ``expires_at`` has passed; return whether this call took it. On ``connection`` (by
+        default this thread's), in its transaction if it has one: a concurrent claim of the
+        same key waits for that transaction and then sees the outcome."""
+
+    def delete_expired_claims(self, limit: int, now: datetime | None = None) -> int:
+        """Delete up to ``limit`` idempotency claims whose ``expires_at`` has passed, oldest
+        first (the ``wq_claim_expires`` index), in one statement; return how many."""
+        claims = IdempotencyClaim.objects.using(self.alias)
+        clock = Now() if now is None else now
+        expired = claims.filter(expires_at__lt=clock)
+        if not expired.exists():  # the usual answer: one read, no write lock, no transaction
+            return 0
+        oldest = expired.order_by("expires_at").values("key")[:limit]
+        # The condition again on the deleted rows themselves: on PostgreSQL a claim taken over
+        # while this statement waited for its row lock is checked anew, and stays.
+        deleted, _ = claims.filter(key__in=oldest, expires_at__lt=clock).delete()
+        return deleted
 
     # --- workflows ---------------------------------------------------------------------------
 

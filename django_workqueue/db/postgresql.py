@@ -25,10 +25,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    BatchClaim,
     ClaimedJob,
     CountedDown,
     Driver,
     Ended,
+    FlowGroup,
+    FlowPick,
     Inserted,
     NewJob,
     Progress,
@@ -60,6 +63,16 @@ _PROGRESS_FROM_V = (
 _TERMINAL = frozenset(status.value for status in TERMINAL)
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+# What every claim (plain or batch) writes to a job it leases (``j``), and returns of it in the
+# shape of ``ClaimedJob``'s parameters: the attempt starts now.
+_LEASE = (
+    f"status = 'running', attempt = j.attempt + 1, lease_owner = %(owner)s, started_at = {NOW}, "
+    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second'"
+)
+_CLAIMED = (
+    f"{', '.join('j.' + c for c in _RETURNING.split(', '))}, j.deadline < {NOW}, "
+    f"jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, j.input_shape::text"
+)
 
 
 class PostgresDriver(Driver):
@@ -180,13 +193,8 @@ class PostgresDriver(Driver):
             f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET status = 'running', attempt = j.attempt + 1, "
-            f"lease_owner = %(owner)s, started_at = {NOW}, "
-            f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second' "
-            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' "
-            f"RETURNING {', '.join('j.' + c for c in _RETURNING.split(', '))}, "
-            f"j.deadline < {NOW}, jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, "
-            f"j.input_shape::text"
+            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"FROM picked WHERE j.id = picked.id AND j.status = 'ready' RETURNING {_CLAIMED}"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         with self.connection.cursor() as cursor:
@@ -195,6 +203,187 @@ class PostgresDriver(Driver):
         jobs = [ClaimedJob(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        # A skip scan of wq_job_flow: each step seeks the first ready row of a key greater
+        # than the last one found (one index probe per key), so a claim costs the same next
+        # to thousands of keys and millions of jobs as next to one. Two walks, from the cursor
+        # on and then from the start up to the cursor; recursive CTEs run as their rows are
+        # read, so under the LIMIT the second walks only as far as the first came short.
+        # Keys compare in the database's collation, as the index orders them; with several
+        # queues the walks take one key of each queue in turn.
+        def walk(name: str, low: str, high: str) -> str:
+            step = (
+                f"SELECT flow_key, task_name FROM {self.table} WHERE status = 'ready' "
+                f"AND queue = {{queue}} AND flow_key > {{low}} AND {high} "
+                f"ORDER BY flow_key LIMIT 1"
+            )
+            return (
+                f"{name}(queue, key, task, n) AS ("
+                f"SELECT q.name, f.flow_key, f.task_name, 1 FROM served AS q CROSS JOIN LATERAL ("
+                + step.format(queue="q.name", low=low)
+                + f") AS f UNION ALL SELECT w.queue, f.flow_key, f.task_name, w.n + 1 "
+                f"FROM {name} AS w CROSS JOIN LATERAL ("
+                + step.format(queue="w.queue", low="w.key")
+                + ") AS f WHERE w.n < %(steps)s)"
+            )
+
+        sql = (
+            f"WITH RECURSIVE served AS (SELECT u.name FROM unnest(%(queues)s::text[]) "
+            f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
+            f"{walk('ahead', '%(after)s', 'true')}, "
+            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')} "
+            f"SELECT queue, key, task FROM ahead WHERE key NOT LIKE 'batch:%%' UNION ALL "
+            f"SELECT queue, key, task FROM behind WHERE key NOT LIKE 'batch:%%' "
+            f"LIMIT %(limit)s"
+        )
+        # A batch key is stepped over but not counted: the walk allows for a few.
+        params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit + 8,
+                                  "after": after, "first": ""}  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [FlowGroup(*row) for row in cursor.fetchall()]
+
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        if not picks:
+            return []
+        # One LATERAL branch per key walks wq_job_flow for that key's first `take` jobs; the
+        # rounds (every key's first job, then every key's second...) make the order, so one
+        # claim serves many keys before any key's second job.
+        sql = (
+            f"WITH want AS (SELECT * FROM jsonb_to_recordset(%(picks)s::jsonb) "
+            f"  AS w(queue text, key text, take int, turn int)), "
+            f"picked AS MATERIALIZED (SELECT c.id, c.round, w.turn FROM want AS w "
+            f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
+            f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
+            f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
+            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
+            f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
+            f") AS c ORDER BY c.round, w.turn LIMIT %(limit)s) "
+            f"UPDATE {self.table} AS j SET {_LEASE} "
+            # `status || ''`: the picked rows are reached by primary key, never through an
+            # index on status (stale statistics make the planner read every ready row so).
+            f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
+            f"RETURNING {_CLAIMED}, j.flow_key, picked.round, picked.turn"
+        )
+        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn} for p in picks]
+        params = {"now": now, "limit": limit, "owner": owner, "picks": json.dumps(wanted)}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (row[-2], row[-1]))
+        return [ClaimedJob(*row[:-2]) for row in rows]
+
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        if not groups:
+            return {}
+        # One LATERAL branch per group, each reading at most `size` entries of wq_job_flow.
+        sql = (
+            f"SELECT g.queue, g.key, c.n, extract(epoch FROM {NOW} - c.oldest)::float8 "
+            f"FROM unnest(%(queues)s::text[], %(keys)s::text[], %(sizes)s::int[]) "
+            f"AS g(queue, key, size) CROSS JOIN LATERAL (SELECT count(*) AS n, "
+            f"min(s.run_after) AS oldest FROM (SELECT run_after FROM {self.table} "
+            f"WHERE status = 'ready' AND queue = g.queue AND flow_key = g.key "
+            f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT g.size) AS s) "
+            f"AS c WHERE c.n > 0 AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = g.queue AND p.paused_at IS NOT NULL)"
+        )
+        params = {
+            "now": now,
+            "queues": [queue for queue, _, _ in groups],
+            "keys": [key for _, key, _ in groups],
+            "sizes": [size for _, _, size in groups],
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {(queue, key): (n, waited) for queue, key, n, waited in cursor.fetchall()}
+
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        # The group's first `size` ready jobs, walked in claim order on wq_job_flow and locked
+        # (SKIP LOCKED: another worker's batch in the making is left alone); the gate decides
+        # on those rows whether they go together now: all `size` are there, or the oldest has
+        # waited `wait`. With fewer than `size`, the rows are all the group's unlocked ready
+        # jobs, so their oldest is the group's. The outer SELECT returns the gate's row even
+        # when the UPDATE wrote nothing: when the group will be due.
+        sql = (
+            f"WITH picked AS MATERIALIZED (SELECT id, run_after FROM {self.table} "
+            f"WHERE status = 'ready' AND queue = %(queue)s AND flow_key = %(key)s "
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = %(queue)s AND p.paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT %(size)s FOR UPDATE SKIP LOCKED), "
+            f"gate AS MATERIALIZED (SELECT count(*) >= %(size)s "
+            f"  OR min(run_after) <= {NOW} - make_interval(secs => %(wait)s::float8) AS due, "
+            f"  extract(epoch FROM min(run_after) + make_interval(secs => %(wait)s::float8) "
+            f"  - {NOW})::float8 AS due_in FROM picked), "
+            f"claimed AS (UPDATE {self.table} AS j SET {_LEASE} FROM picked, gate "
+            f"  WHERE j.id = picked.id AND j.status = 'ready' AND gate.due "
+            f"  RETURNING j.run_after AS claim_run_after, {_CLAIMED}) "
+            f"SELECT gate.due, gate.due_in, claimed.* FROM gate LEFT JOIN claimed ON true"
+        )
+        params = {
+            "now": now, "queue": queue, "key": flow_key, "size": size, "wait": float(wait),
+            "owner": owner,
+        }  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        claimed = [row for row in rows if row[3] is not None]
+        if not claimed:
+            due, due_in = rows[0][0], rows[0][1]
+            return BatchClaim(jobs=[], due_in=None if due or due_in is None else due_in)
+        claimed.sort(key=lambda row: (-row[6], row[2], row[3]))  # priority, run_after, id
+        return BatchClaim(jobs=[ClaimedJob(*row[3:]) for row in claimed])
+
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        # The plain claim's SET and RETURNING, for one row by primary key; its guard is the
+        # plain claim's WHERE. Whoever locks the row first wins: a worker's claim that comes
+        # second skips it (SKIP LOCKED), this UPDATE coming second waits, then sees it running.
+        sql = (
+            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"WHERE j.id = %(id)s AND j.status = 'ready' AND j.flow_key IS NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"  WHERE p.name = j.queue AND p.paused_at IS NOT NULL) "
+            f"RETURNING {_CLAIMED}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": job_id, "owner": owner, "now": None})
+            row = cursor.fetchone()
+        return None if row is None else ClaimedJob(*row)
+
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        # A second session inserting the same key waits for the first's transaction, then
+        # takes the conflict branch, whose WHERE is checked against the row as committed: an
+        # unexpired claim returns nothing, an expired one is taken over by exactly one session.
+        sql = (
+            f"INSERT INTO {self.claim_table} AS c (key, job_id, claimed_at, expires_at) "
+            f"VALUES (%(key)s, %(job_id)s, {CLOCK}, "
+            f"  {CLOCK} + make_interval(secs => %(ttl)s::float8)) "
+            f"ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, "
+            f"claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at "
+            f"WHERE c.expires_at <= {CLOCK} RETURNING c.key"
+        )
+        with (connection or self.connection).cursor() as cursor:
+            cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
+            return cursor.fetchone() is not None
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:

@@ -14,14 +14,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.checks import CheckMessage
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    BatchClaim,
     ClaimedJob,
     CountedDown,
     Driver,
     Ended,
+    FlowPick,
     Inserted,
     NewJob,
     Progress,
@@ -45,11 +48,22 @@ def _from_now(seconds: str) -> str:
 
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+# What every claim (plain or batch) writes to a job it leases, and returns of it (read back by
+# ``_claimed``): the attempt starts now.
+_LEASE = (
+    f"status = 'running', attempt = attempt + 1, lease_owner = :owner, started_at = {NOW}, "
+    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds')"
+)
+_CLAIMED = (
+    f"{_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), workflow_id, "
+    f"input_shape"
+)
 
 
 class SQLiteDriver(Driver):
     vendor = "sqlite"
     supports_listen_notify = False
+    supports_separate_commit = False
 
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)
@@ -161,24 +175,162 @@ class SQLiteDriver(Driver):
             else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
         )
         sql = (
-            f"UPDATE {self.table} SET status = 'running', attempt = attempt + 1, "
-            f"lease_owner = :owner, started_at = {NOW}, "
-            f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds') "
-            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' "
-            f"RETURNING {_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), "
-            f"workflow_id, input_shape"
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' RETURNING {_CLAIMED}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [
-            ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
-            for row in rows
-        ]
+        jobs = [_claimed(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def claim_flow(
+        self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        if not picks:
+            return []
+        # One bounded subquery per key, walking wq_job_flow in that key's claim order; the
+        # rounds (every key's first job, then every key's second...) make the order.
+        per_key = [
+            f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
+            f":t{i} AS turn FROM (SELECT id, priority, run_after FROM {self.table} "
+            f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
+            f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
+            f"ORDER BY priority DESC, run_after, id LIMIT :n{i})"
+            for i in range(len(picks))
+        ]
+        sql = (
+            f"WITH picked AS (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
+            f"ORDER BY round, turn LIMIT :limit) "
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id IN (SELECT id FROM picked) AND +status = 'ready' "
+            f"RETURNING {_CLAIMED}, flow_key"
+        )
+        params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
+        for i, pick in enumerate(picks):
+            params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take,
+                           f"t{i}": pick.turn})  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [_claimed(row) for row in rows]
+        # RETURNING comes in no particular order: put the rounds back (within a key, claim
+        # order by priority then id; then each key's turn).
+        turns: dict[tuple[str, str | None], int] = {(p.queue, p.key): p.turn for p in picks}
+        jobs.sort(key=lambda j: (turns[(j.queue, j.flow_key)], -j.priority, j.id))
+        rounds: dict[str | None, int] = {}
+        ordered = []
+        for job in jobs:
+            rounds[job.flow_key] = rounds.get(job.flow_key, 0) + 1
+            ordered.append((rounds[job.flow_key], turns[(job.queue, job.flow_key)], job))
+        ordered.sort(key=lambda entry: entry[:2])
+        return [job for _, _, job in ordered]
+
+    def batch_backlog(
+        self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None
+    ) -> dict[tuple[str, str], tuple[int, float]]:
+        if not groups:
+            return {}
+        # One bounded branch per group, each reading at most `size` entries of wq_job_flow.
+        branches = [
+            f"SELECT :q{i}, :k{i}, count(*), "
+            f"(julianday({NOW}) - julianday(min(run_after))) * 86400.0 FROM (SELECT run_after "
+            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' AND queue = :q{i} "
+            f"AND flow_key = :k{i} AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM "
+            f"{self.queue_table} WHERE name = :q{i} AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :s{i})"
+            for i in range(len(groups))
+        ]
+        params: dict[str, Any] = {"now": self._now_param(now)}
+        for i, (queue, key, size) in enumerate(groups):
+            params.update({f"q{i}": queue, f"k{i}": key, f"s{i}": size})
+        with self.connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(branches), params)
+            return {(q, k): (n, waited) for q, k, n, waited in cursor.fetchall() if n}
+
+    def claim_batch(
+        self,
+        queue: str,
+        flow_key: str,
+        size: int,
+        wait: float,
+        owner: str,
+        now: datetime | None = None,
+    ) -> BatchClaim:
+        # The group's first `size` ready jobs in claim order, on wq_job_flow. A look without
+        # the write lock first: an idle or filling group (the usual case) costs one read. The
+        # claim then decides again under the write lock, in its one statement, so a batch
+        # another worker took meanwhile is never claimed half.
+        picked = (
+            f"SELECT id, run_after FROM {self.table} INDEXED BY wq_job_flow "
+            f"WHERE status = 'ready' AND queue = :queue AND flow_key = :key "
+            f"AND run_after <= {NOW} AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
+            f"WHERE name = :queue AND paused_at IS NOT NULL) "
+            f"ORDER BY priority DESC, run_after, id LIMIT :size"
+        )
+        due = (
+            f"count(*) >= :size OR min(run_after) <= "
+            f"strftime({_FORMAT}, {NOW}, printf('%%+.6f seconds', -:wait))"
+        )
+        params: dict[str, Any] = {
+            "now": self._now_param(now), "queue": queue, "key": flow_key, "size": size,
+            "wait": float(wait), "owner": owner,
+        }  # fmt: skip
+        look = (
+            f"WITH picked AS ({picked}) SELECT {due}, "
+            f"(julianday(min(run_after)) - julianday({NOW})) * 86400.0 + :wait FROM picked"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(look, params)
+            is_due, due_in = cursor.fetchone()
+            if not is_due:
+                return BatchClaim(jobs=[], due_in=due_in)
+            cursor.execute(
+                f"WITH picked AS ({picked}) UPDATE {self.table} SET {_LEASE} "
+                f"WHERE id IN (SELECT id FROM picked WHERE (SELECT {due} FROM picked)) "
+                f"AND +status = 'ready' RETURNING run_after, {_CLAIMED}",
+                params,
+            )
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (-row[4], row[0], row[1]))  # priority, run_after, id
+        return BatchClaim(jobs=[_claimed(row[1:]) for row in rows])
+
+    def claim_job(self, job_id: int, owner: str) -> ClaimedJob | None:
+        # The plain claim's SET and RETURNING for one row by primary key, under the write lock.
+        sql = (
+            f"UPDATE {self.table} SET {_LEASE} "
+            f"WHERE id = :id AND status = 'ready' AND flow_key IS NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"  WHERE p.name = {self.table}.queue AND p.paused_at IS NOT NULL) "
+            f"RETURNING {_CLAIMED}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": job_id, "owner": owner, "now": None})
+            row = cursor.fetchone()
+        return None if row is None else _claimed(row)
+
+    def take_claim(
+        self,
+        key: str,
+        job_id: int | None,
+        ttl: float,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> bool:
+        # One statement under the write lock: the insert, or the take-over of an expired
+        # claim (the upsert's WHERE), or nothing. RETURNING gives a row only for the first two.
+        sql = (
+            f"INSERT INTO {self.claim_table} (key, job_id, claimed_at, expires_at) "
+            f"VALUES (:key, :job_id, {_CLOCK}, {_from_now(':ttl')}) "
+            f"ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, "
+            f"claimed_at = excluded.claimed_at, expires_at = excluded.expires_at "
+            f"WHERE {self.claim_table}.expires_at <= {_CLOCK} RETURNING key"
+        )
+        with (connection or self.connection).cursor() as cursor:
+            cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
+            return cursor.fetchone() is not None
 
     def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
         if not leases:
@@ -368,6 +520,11 @@ _PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
 
 def _columns(fields: Iterable[str]) -> str:
     return ", ".join(f"json_extract(value, '$.{name}') AS {name}" for name in fields)
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    """A ``ClaimedJob`` from a claim's ``RETURNING {_CLAIMED}`` row."""
+    return ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
 
 
 def _parse(value: Any) -> datetime | None:

@@ -42,13 +42,13 @@ def flow_key(
     if spec.batch_size is not None:
         return _bounded(f"{BATCH}{spec.name}")
     if spec.fair_key is not None:
-        return _bounded(FAIR + _call(spec.fair_key, "fair_key", args, kwargs, owner))
+        return _bounded(FAIR + _call(spec, spec.fair_key, "fair_key", args, kwargs, owner))
     if spec.concurrency is None and spec.rate is None:
         return None
     if spec.limit_key is None:
         return _bounded(f"{LIMIT}{spec.name}")
     return _bounded(
-        f"{LIMIT}{spec.name}:" + _call(spec.limit_key, "limit_key", args, kwargs, owner)
+        f"{LIMIT}{spec.name}:" + _call(spec, spec.limit_key, "limit_key", args, kwargs, owner)
     )
 
 
@@ -62,14 +62,30 @@ def check_batch_item(spec: TaskSpec, call: Any, owner: str) -> None:
 
 
 def _call(
-    function: Any, option: str, args: Sequence[Any], kwargs: Mapping[str, Any], owner: str
+    spec: TaskSpec,
+    function: Any,
+    option: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    owner: str,
 ) -> str:
+    """Call a key function with the job's arguments by name (defaults filled in), so that
+    ``lambda customer_id, **kw: ...`` finds ``customer_id`` however the call passed it."""
+    bound = spec.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = spec.signature.parameters[name].kind
+        if kind is kind.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
     try:
-        value = function(*args, **kwargs)
+        value = function(**named)
     except Exception as exc:
         raise InvalidOption(
             f"{owner}: {option} raised {type(exc).__name__}: {exc}; it is called with the "
-            f"job's arguments and must return a string"
+            f"job's arguments by name ({', '.join(named) or 'none'}) and must return a string"
         ) from None
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)

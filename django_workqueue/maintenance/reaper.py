@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from .. import wakeup
 from ..conf import workqueue_settings as conf
-from ..db import Ended, Expired, driver_for
+from ..db import Driver, Ended, Expired, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -31,6 +31,7 @@ logger = logging.getLogger("django_workqueue.reaper")
 # A WorkerProcess row not seen for this long belongs to a process that is gone.
 _WORKER_GONE_AFTER = timedelta(minutes=5)
 _BATCH = 1000
+_CLAIM_BATCH = 1000
 
 
 class Reaper(Service):
@@ -51,6 +52,7 @@ class Reaper(Service):
             any_expired = any_expired.exclude(lease_owner=self.spare_owner)
         if not any_expired.exists():  # the usual answer, without a transaction
             self._forget_gone_workers(now)
+            self._forget_expired_claims(driver, now)
             return 0
         with transaction.atomic(using=self.alias):
             # Locked until the writes commit.
@@ -77,11 +79,21 @@ class Reaper(Service):
                 len(reaped), [row.id for row in reaped],
             )  # fmt: skip
         self._forget_gone_workers(now)
+        self._forget_expired_claims(driver, now)
         return len(reaped)
 
     def _forget_gone_workers(self, now: datetime | None) -> None:
         cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
         WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
+
+    def _forget_expired_claims(self, driver: Driver, now: datetime | None) -> None:
+        # Idempotency claims past their expires_at (context.claim): one bounded DELETE per
+        # pass, through the expires_at index, so a backlog is worked off over a few passes
+        # instead of one long statement. An expired claim still in place is harmless (the
+        # next claim of its key takes it over): this only keeps the table small.
+        deleted = driver.delete_expired_claims(_CLAIM_BATCH, now)
+        if deleted:
+            logger.debug("deleted %d expired idempotency claim(s)", deleted)
 
 
 def lease_expired(row: Expired) -> Outcome:

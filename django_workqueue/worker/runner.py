@@ -35,12 +35,14 @@ from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
 from ..flow.backpressure import Backpressure
+from ..flow.claim import FlowClaimer, uses_flow_claim
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
 from ..maintenance.scheduler import Scheduler
 from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
+from .batch import Batch, Batches
 from .completer import Completer
 from .connections import (
     close_unusable_connections,
@@ -102,9 +104,10 @@ class Worker:
         self._executing = 0  # jobs handed to slots whose body has not returned yet
         self.completer = Completer(self.driver, self.id)
         self._lock = threading.Lock()
-        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | None] = (
+        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
             queue_module.SimpleQueue()
         )
+        self.batches = Batches(self)  # batch tasks: a whole batch per slot (worker/batch.py)
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
         self.pool = SlotPool.build(
@@ -131,6 +134,8 @@ class Worker:
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
+        self.flow = FlowClaimer(self.driver, self.id) if uses_flow_claim() else None
+        self._flow_first = False
 
     # --- public ---------------------------------------------------------------------------
 
@@ -313,13 +318,14 @@ class Worker:
             return 0
         if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
             return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
+        batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
         with self._lock:
-            claims = self.pool.claims(self.queues, free)
+            claims = self.pool.claims(self.queues, free - batched)
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
-        self._last_fill = (free, len(jobs))
+        self._last_fill = (free, len(jobs) + batched)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
-        self._drained = not jobs and running_before == 0
+        self._drained = not jobs and running_before == 0 and self.batches.idle
         if self._drained and self.burst and self.promoter.run_once():
             self._drained = False
             self.wake.set()
@@ -348,13 +354,26 @@ class Worker:
             with self._lock:
                 self.leases.schedule(self._running, now)
                 self.backpressure.recent.add(now, claimed=len(jobs))
-        return len(jobs)
+        return len(jobs) + batched
 
     def _scale(self) -> None:
         scale(self)
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs of ``queues`` for this worker."""
+        """Claim up to ``limit`` jobs of ``queues`` for this worker: plain jobs and, if this
+        worker's tasks use flow control, flow-controlled ones, the two claims taking turns
+        at going first so that neither kind can take every slot from the other."""
+        if self.flow is None:
+            return self.driver.claim(queues, limit, self.id)
+        self._flow_first = not self._flow_first
+        claims = [self._claim_plain, self.flow.claim]
+        jobs: list[ClaimedJob] = []
+        for claim in reversed(claims) if self._flow_first else claims:
+            if limit > len(jobs):
+                jobs += claim(queues, limit - len(jobs))
+        return jobs
+
+    def _claim_plain(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         return self.driver.claim(queues, limit, self.id)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
@@ -378,8 +397,12 @@ class Worker:
             self.promoter.next_run,
             self.reaper.next_run,
             self.scheduler.next_run,
+            self.batches.wake_at(),
             self.backpressure.paused_until(time.monotonic()),  # claims may start again then
         )
+        retry_at = None if self.flow is None else self.flow.retry_at
+        if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
+            due = min(due, retry_at)
         return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
     def _on_ready(self, queue: str | None) -> None:
@@ -413,6 +436,9 @@ class Worker:
                     continue
                 connections.close_all()  # this thread's connections end with it
                 return
+            if isinstance(handed, Batch):
+                generation = self.batches.serve(handed, generation)
+                continue
             job, item = handed
             outcome: Outcome | None = None
             pending = False

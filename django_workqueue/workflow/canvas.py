@@ -192,6 +192,11 @@ class Graph:
 
         task, options = step.task, step.task.options
         owner = f"{where} ({task.name})"
+        if options.skip_queue and options.depends_on is None:
+            raise InvalidOption(
+                f"{owner}: skip_queue cannot run a workflow's step: the workers run it once "
+                f"its prerequisites end; leave skip_queue out"
+            )
         template = job_template(task)
         if (
             template.unique_key is not None

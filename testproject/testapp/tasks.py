@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -404,3 +405,57 @@ def workflow_gather(context, values, ledger, sleep=0.0):
 def workflow_finish(context, value, ledger, sleep=0.0):
     _workflow_effect(context, "finish", ledger, sleep)
     return value * 2
+
+
+# --- batch tasks (flow control) ------------------------------------------------------------------
+
+
+def _echo_batch(items):
+    # Each job's result shows its own item and the whole call it ran in, in call order.
+    return [{"item": item, "batch": list(items)} for item in items]
+
+
+@task(batch_size=3, batch_wait=60)
+def batch_echo(items):
+    return _echo_batch(items)
+
+
+@task(batch_size=50, batch_wait=0.2)
+def batch_echo_soon(items):
+    return _echo_batch(items)
+
+
+@task(batch_size=10, batch_wait=0)
+async def batch_echo_async(items):
+    await asyncio.sleep(0)
+    return _echo_batch(items)
+
+
+@task(batch_size=10, batch_wait=0)
+def batch_wrong_count(items):
+    return items[:-1]
+
+
+@task(batch_size=10, batch_wait=0, max_attempts=3, backoff=0)
+def batch_fails(items):
+    raise ValueError(f"the batch of {len(items)} failed")
+
+
+@task(batch_size=10, batch_wait=0, max_attempts=3)
+def batch_discards(items):
+    raise Discard(f"none of the {len(items)} items can be embedded")
+
+
+@task(batch_size=10, batch_wait=0)
+def batch_double(items):
+    return [item * 2 for item in items]
+
+
+#: Opened by a test to let ``batch_gated`` return (in-process workers only).
+batch_gate = threading.Event()
+
+
+@task(batch_size=2, batch_wait=0)
+def batch_gated(items):
+    assert batch_gate.wait(20), "the test never opened the batch gate"
+    return _echo_batch(items)

@@ -1,60 +1,72 @@
-"""The flow-control guide's sections on slots, autoscaling and backpressure run as written: the
-``pycon`` sessions of each section run as doctests, in order and in one namespace, against the
-worker the section describes (SQLite and PostgreSQL)."""
+"""The flow control guide runs as written: each section's ``tasks.py`` registers under the
+module it names, and its ``pycon`` sessions run as doctests in that module's namespace."""
 
 from __future__ import annotations
 
 import doctest
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from django_workqueue import registry
+
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "flow-control.md"
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
-def sessions(section: str) -> list[tuple[int, str]]:
-    """The section's ```pycon blocks: (line of the block's first line, text)."""
+def section(name: str) -> str:
     text = GUIDE.read_text()
-    start = text.index(f"<!-- section: {section} -->")
-    end = text.index(f"<!-- /section: {section} -->")
-    return [
-        (text.count("\n", 0, match.start(1)), match.group(1))
-        for match in re.finditer(r"```pycon\n(.*?)```", text[:end], flags=re.DOTALL)
-        if match.start() > start
-    ]
+    start = text.index(f"<!-- section: {name} -->")
+    return text[start : text.index(f"<!-- /section: {name} -->", start)]
 
 
-def run_sessions(section: str, expected_examples: int) -> None:
-    found = sessions(section)
-    assert found, f"the {section} section's sessions were not found"
-    parser = doctest.DocTestParser()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    report: list[str] = []
-    namespace: dict[str, Any] = {"__name__": "guide"}
-    for line, text in found:
-        session = parser.get_doctest(text, namespace, GUIDE.name, str(GUIDE), line)
-        runner.run(session, out=report.append, clear_globs=False)
-        namespace = session.globs
-        assert not runner.failures, "".join(report)
-    assert runner.tries == expected_examples
+def blocks(name: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section(name), flags=re.DOTALL)
 
 
-def test_the_slots_section_runs_as_written(background_worker: Callable[..., Any]) -> None:
-    background_worker(queue_slots={"default": 8, "mail": 2})
-
-    run_sessions("slots", expected_examples=2)
-
-
-def test_the_autoscaling_section_runs_as_written(background_worker: Callable[..., Any]) -> None:
-    background_worker(concurrency=2, max_concurrency=8)
-
-    run_sessions("autoscaling", expected_examples=6)
+@pytest.fixture
+def registered() -> Iterator[None]:
+    before = set(registry._registry)
+    yield
+    for name in set(registry._registry) - before:
+        del registry._registry[name]
 
 
-def test_the_backpressure_section_runs_as_written() -> None:
-    run_sessions("backpressure", expected_examples=6)
+def run_section(name: str) -> tuple[dict[str, Any], int]:
+    """Exec the section's python blocks (each as the module its first comment names) and its
+    sessions in one namespace; return the namespace and how many examples failed."""
+    namespace: dict[str, Any] = {}
+    for code in blocks(name, "python"):
+        module = re.match(r"# (\w+)/(\w+)\.py", code)
+        assert module, f"section {name}: a python block must start with '# app/tasks.py'"
+        namespace["__name__"] = f"{module[1]}.{module[2]}"
+        exec(code, namespace)
+    parser, runner = doctest.DocTestParser(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for number, session in enumerate(blocks(name, "pycon")):
+        test = parser.get_doctest(session, namespace, f"flow-control.md {name} #{number}", "", 0)
+        runner.run(test, clear_globs=False)
+        namespace = test.globs
+    return namespace, runner.summarize(verbose=False).failed
+
+
+@pytest.mark.parametrize("name", ["limits", "rates", "fairness"])
+def test_the_sections_run_as_written(registered, name):
+    _namespace, failed = run_section(name)
+    assert failed == 0
+    assert blocks(name, "python")
+
+
+def test_the_limits_sections_tasks_carry_their_limits(registered):
+    namespace, _ = run_section("limits")
+    spec = namespace["sync_customer"].spec
+    assert (spec.concurrency, spec.limit_key(7)) == (1, "customer:7")
+
+
+def test_the_rates_sections_tasks_carry_their_rates(registered):
+    namespace, _ = run_section("rates")
+    assert str(namespace["call_partner"].spec.rate) == "10/1s"
+    assert str(namespace["geocode"].spec.rate) == "100/60s"

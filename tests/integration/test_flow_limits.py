@@ -1,0 +1,252 @@
+"""Concurrency and rate limits, and fairness between keys, as the flow claim applies them
+(``flow/claim.py``), on every vendor. The clock is injected with ``now=`` where a rate's period
+must pass; real concurrent claimers are in ``test_flow_concurrency`` (PostgreSQL) and in the
+acceptance tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from django_workqueue import registry
+from django_workqueue.db import driver_for
+from django_workqueue.flow.claim import FlowClaimer
+from django_workqueue.models import FlowLimit, Job
+from django_workqueue.worker.runner import Worker
+from testproject.testapp import flow_tasks as tasks
+from testproject.testapp import tasks as plain_tasks
+from tests.support.database import expire_and_reap
+from tests.support.flow import TASKS, flow_tasks
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def registered() -> Iterator[None]:
+    with flow_tasks():
+        yield
+
+
+def claimer(owner: str = "owner-a") -> FlowClaimer:
+    return FlowClaimer(driver_for("default"), owner)
+
+
+def finish(*jobs) -> None:
+    Job.objects.filter(pk__in=[job.id for job in jobs]).update(status="succeeded")
+
+
+class TestConcurrency:
+    def test_a_task_runs_at_most_its_concurrency_across_claims_and_claimers(self):
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+
+        first = claimer("a").claim(["default"], 10)
+        second = claimer("b").claim(["default"], 10)
+
+        assert len(first) == 2 and second == []
+        assert Job.objects.filter(status="running").count() == 2
+
+    def test_a_finished_job_frees_its_place_for_the_next(self):
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+        flow = claimer()
+        running = flow.claim(["default"], 10)
+
+        finish(running[0])
+
+        assert len(flow.claim(["default"], 10)) == 1
+
+    def test_a_crashed_workers_place_comes_back_with_its_lease(self):
+        tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+        running = claimer("crashed").claim(["default"], 10)
+        assert claimer("b").claim(["default"], 10) == []
+
+        with expire_and_reap(Job.objects.get(pk=running[0].id)):
+            pass
+
+        assert len(claimer("b").claim(["default"], 10)) == 1
+
+    def test_a_limit_key_limits_each_key_on_its_own(self):
+        for customer in (1, 1, 1, 2, 2, 3):
+            tasks.one_per_customer.enqueue(customer)
+
+        claimed = claimer().claim(["default"], 10)
+
+        assert sorted(job.kwargs.get("customer_id", job.args[0]) for job in claimed) == [1, 2, 3]
+        assert set(FlowLimit.objects.values_list("key", flat=True)) == {
+            f"limit:{tasks.one_per_customer.name}:customer:{n}" for n in (1, 2, 3)
+        }
+
+    def test_jobs_held_back_by_a_limit_are_not_charged_and_do_not_block_other_tasks(self):
+        held = tasks.two_at_a_time.enqueue_many([((), {})] * 4)
+        plain = plain_tasks.add.enqueue(1, 2)
+        worker = Worker(queues=["default"], concurrency=10)
+
+        claimed = {job.id for job in worker._claim(["default"], 10)}
+
+        assert plain.pk in claimed
+        waiting = Job.objects.filter(pk__in=[job.pk for job in held], status="ready")
+        assert waiting.count() == 2
+        assert set(waiting.values_list("attempt", flat=True)) == {0}
+
+    def test_only_a_worker_that_knows_flow_tasks_runs_the_flow_claim(self, monkeypatch):
+        assert Worker(queues=["default"]).flow is not None
+        for name in TASKS:
+            monkeypatch.delitem(registry._registry, name)
+
+        assert Worker(queues=["default"]).flow is None
+
+
+class TestRate:
+    def test_a_rate_allows_its_count_per_period_then_waits_for_the_period(self):
+        region = tasks.three_a_second_per_region
+        region.enqueue_many([(("eu",), {"n": n}) for n in range(10)])
+        flow = claimer()
+        start = driver_for("default").now()
+
+        first = flow.claim(["default"], 10, now=start)
+        within = flow.claim(["default"], 10, now=start + dt.timedelta(seconds=0.9))
+        retry_at = flow.retry_at
+        after = flow.claim(["default"], 10, now=start + dt.timedelta(seconds=1.01))
+
+        assert (len(first), len(within), len(after)) == (3, 0, 3)
+        assert retry_at is not None
+
+    def test_each_limit_key_has_its_own_rate(self):
+        region = tasks.three_a_second_per_region
+        region.enqueue_many([((name,), {"n": n}) for name in ("eu", "us") for n in range(5)])
+
+        claimed = claimer().claim(["default"], 20, now=driver_for("default").now())
+
+        assert Counter(job.args[0] for job in claimed) == {"eu": 3, "us": 3}
+
+    def test_old_starts_are_pruned_from_the_limit_row(self):
+        tasks.twenty_a_second.enqueue_many([((n,), {}) for n in range(30)])
+        flow = claimer()
+        start = driver_for("default").now()
+        flow.claim(["default"], 5, now=start)
+
+        flow.claim(["default"], 5, now=start + dt.timedelta(seconds=5))
+
+        (row,) = FlowLimit.objects.all()
+        assert len(row.starts) == 1 and row.starts[0][1] == 5
+
+
+class TestFairness:
+    def test_a_small_tenant_is_not_starved_by_a_large_backlog_enqueued_first(self):
+        concurrency = 10
+        tasks.tenant_work.enqueue_many([(("a",), {"n": n}) for n in range(300)])
+        tasks.tenant_work.enqueue_many([(("b",), {"n": n}) for n in range(10)])
+        flow = claimer()
+
+        started = flow.claim(["default"], concurrency)
+        while len(started) < 2 * concurrency:  # one slot frees at a time
+            finish(started[-1])
+            started += flow.claim(["default"], 1)
+
+        assert Counter(job.args[0] for job in started) == {"a": 10, "b": 10}
+
+    def test_claims_rotate_between_tenants_one_job_each_per_round(self):
+        for tenant in ("x", "y", "z"):
+            tasks.tenant_work.enqueue_many([((tenant,), {"n": n}) for n in range(3)])
+
+        claimed = claimer().claim(["default"], 7)
+
+        assert [job.args[0] for job in claimed] == ["x", "y", "z"] * 2 + ["x"]
+
+    def test_within_a_tenant_priority_orders_its_jobs(self):
+        tasks.tenant_work.enqueue_many([(("x",), {"n": n}) for n in range(3)])
+        urgent = tasks.tenant_work.using(priority=9).enqueue("x", n=99)
+
+        (first,) = claimer().claim(["default"], 1)
+
+        assert first.id == urgent.pk
+
+    def test_a_paused_queue_gives_no_flow_jobs(self):
+        from django_workqueue import operations
+
+        tasks.tenant_work.enqueue("x")
+        operations.pause_queue("default")
+
+        assert claimer().claim(["default"], 5) == []
+
+
+class TestCost:
+    def test_a_claim_walks_a_bounded_number_of_keys_however_many_there_are(self):
+        tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(600)])
+        flow = claimer()
+
+        with CaptureQueriesContext(connection) as few_keys_later:
+            flow.claim(["default"], 4)
+        assert len(flow.claim(["default"], 4)) == 4  # the cursor moved on: other customers
+
+        assert len(few_keys_later.captured_queries) <= 4 + 8 + 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_never_run_more_than_the_limit():
+    # PostgreSQL: claimers of a key serialise on its FlowLimit row (SKIP LOCKED: the others
+    # leave the key alone meanwhile); SQLite: every claim holds the one write lock.
+    jobs = tasks.two_at_a_time.enqueue_many([((), {})] * 60)
+    claimers = 6
+    start = threading.Barrier(claimers + 1)
+    done = threading.Event()
+    most: list[int] = []
+    failures: list[BaseException] = []
+
+    def claim_and_finish(name: str) -> None:
+        flow = claimer(name)
+        try:
+            start.wait(10)
+            while Job.objects.filter(status__in=["ready", "running"]).exists():
+                for job in flow.claim(["default"], 3):
+                    finish(job)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    def sample() -> None:
+        try:
+            start.wait(10)
+            while not done.is_set():
+                most.append(Job.objects.filter(status="running").count())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim_and_finish, args=(f"c{n}",)) for n in range(claimers)]
+    sampler = threading.Thread(target=sample)
+    for thread in [*threads, sampler]:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    done.set()
+    sampler.join(10)
+
+    assert failures == []
+    assert Job.objects.filter(status="succeeded").count() == len(jobs)
+    assert most and max(most) <= 2
+
+
+class TestWorkflowSteps:
+    def test_a_limited_tasks_steps_are_limited_like_its_jobs(self):
+        from django_workqueue import group
+
+        group(*[tasks.two_at_a_time.s(0) for _ in range(4)]).enqueue()
+
+        assert set(Job.objects.values_list("flow_key", flat=True)) == {
+            f"limit:{tasks.two_at_a_time.name}"
+        }
+        assert len(claimer().claim(["default"], 10)) == 2
+
+    def test_a_step_whose_key_needs_the_previous_value_is_refused(self):
+        from django_workqueue import chain
+        from django_workqueue.exceptions import InvalidOption
+
+        with pytest.raises(InvalidOption, match="receives its first argument from earlier steps"):
+            chain(plain_tasks.add.s(1, 2), tasks.one_per_customer.s()).enqueue()
+        assert not Job.objects.exists()
