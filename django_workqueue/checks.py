@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.management import get_commands
+from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS
 from .conf import workqueue_settings as conf
@@ -15,6 +16,7 @@ from .db import driver_class
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
     "RETRY_BACKOFF_MAX", "SCHEDULER_INTERVAL", "SCHEDULE_MISFIRE_GRACE",
+    "BACKPRESSURE_WINDOW", "AUTOSCALE_IDLE_SECONDS",
 )  # fmt: skip
 _POSITIVE_INTS = (
     "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
@@ -89,6 +91,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    errors.extend(_backpressure_messages(conf.BACKPRESSURE))
     errors += _claim_ttl_messages()
     if not settings.USE_TZ:
         errors.append(
@@ -99,6 +102,31 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return errors
+
+
+def _backpressure_messages(value: object) -> list[checks.CheckMessage]:
+    """WORKQUEUE["BACKPRESSURE"] must name a callable that can be imported (or be one)."""
+    if value is None or (callable(value) and not isinstance(value, str)):
+        return []
+    hint = (
+        "Give the dotted path of a function that takes a django_workqueue.flow.WorkerStats and "
+        "returns seconds to wait, e.g. 'myproject.workers.backpressure' (see "
+        "docs/guides/flow-control.md#backpressure)."
+    )
+    if not isinstance(value, str):
+        problem = f"is {value!r}, not a dotted path"
+    else:
+        try:
+            hook = import_string(value)
+        except ImportError as exc:
+            problem = f"{value!r} cannot be imported ({exc})"
+        else:
+            if callable(hook):
+                return []
+            problem = f"{value!r} is not callable"
+    return [
+        checks.Error(f"WORKQUEUE['BACKPRESSURE'] {problem}.", hint=hint, id="django_workqueue.E011")
+    ]
 
 
 def _claim_ttl_messages() -> list[checks.CheckMessage]:

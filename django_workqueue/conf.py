@@ -56,6 +56,15 @@ DEFAULTS: dict[str, Any] = {
     # With catch_up="none", a due tick older than this many seconds counts as missed and is
     # skipped (a worker that was merely busy still fires it).
     "SCHEDULE_MISFIRE_GRACE": 60.0,
+    # A callable (dotted path) given the worker's live stats (django_workqueue.flow.WorkerStats)
+    # that returns seconds to wait before the next claim; None: claim whenever slots are free.
+    # See docs/guides/flow-control.md#backpressure.
+    "BACKPRESSURE": None,
+    # Seconds of history in the stats the backpressure hook gets (claimed, succeeded, failed).
+    "BACKPRESSURE_WINDOW": 30.0,
+    # An autoscaling worker (runworker --concurrency MIN-MAX) shrinks after this many seconds
+    # to the most slots that were busy at once meanwhile (never below MIN).
+    "AUTOSCALE_IDLE_SECONDS": 30.0,
     # How long an idempotency claim (context.claim) is kept, in seconds: within it the key is
     # taken; after it the key can be claimed again and the reaper deletes the row.
     "CLAIM_TTL": 7 * 24 * 3600,

@@ -141,3 +141,11 @@ class DependencyFailed(WorkqueueError):
 class FailedExternally(WorkqueueError):
     """Recorded on a job ended failed by ``operations.fail_job`` (an approval rejected, a
     webhook's verdict), with the caller's reason as its message."""
+
+
+class UnknownWorker(WorkqueueError, LookupError):
+    """No live worker has this id (``operations.workers()`` lists them)."""
+
+
+class InvalidSlots(WorkqueueError, ValueError):
+    """A number of slots a worker cannot take (``operations.scale_worker``)."""

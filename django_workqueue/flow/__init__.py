@@ -2,3 +2,7 @@
 
 See ``docs/guides/flow-control.md``.
 """
+
+from .backpressure import WorkerStats, adaptive_delay
+
+__all__ = ["WorkerStats", "adaptive_delay"]

@@ -1,5 +1,5 @@
-"""Operations on jobs, workflows, queues and schedules: the one implementation that the admin,
-the API, realtime and the CLI call.
+"""Operations on jobs, workflows, queues, schedules and workers: the one implementation that the
+admin, the API, realtime and the CLI call.
 
 Each operation is a guarded conditional UPDATE whose row count says what happened, and returns
 an ``OperationResult`` naming it; losing a race is reported, never raised.
@@ -9,6 +9,7 @@ from .holds import hold_job, release_job
 from .jobs import OperationResult, cancel_job, cancel_jobs, redrive, retry_job
 from .queues import pause_queue, resume_queue
 from .schedules import run_schedule_now
+from .workers import scale_worker, workers
 from .workflows import cancel_workflow, complete_job, fail_job
 
 __all__ = [
@@ -25,4 +26,6 @@ __all__ = [
     "resume_queue",
     "retry_job",
     "run_schedule_now",
+    "scale_worker",
+    "workers",
 ]

@@ -1,10 +1,16 @@
-"""The worker's row in ``WorkerProcess``: for dashboards only (recovery depends on leases)."""
+"""The worker's row in ``WorkerProcess``: for dashboards and ``operations.scale_worker`` (recovery
+depends on leases, never on this row).
+
+The row shows the slots the worker has now (``concurrency``, which autoscaling moves), its
+floor and ceiling when it autoscales, and its budget per queue. ``scale_worker`` writes
+``requested_concurrency``; the heartbeat reads it back and the worker clears it once applied.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db.models.functions import Now
 
@@ -12,14 +18,26 @@ from ..models import WorkerProcess
 
 
 class Registration:
-    def __init__(self, alias: str, worker_id: str, queues: Sequence[str], concurrency: int):
+    def __init__(
+        self,
+        alias: str,
+        worker_id: str,
+        queues: Sequence[str],
+        concurrency: int,
+        *,
+        concurrency_range: tuple[int, int] | None = None,
+        queue_slots: Mapping[str, int] | None = None,
+    ):
         self.alias = alias
         self.worker_id = worker_id
         self.queues = list(queues)
         self.concurrency = concurrency
+        self.concurrency_range = concurrency_range
+        self.queue_slots = dict(queue_slots or {})
         self.registered = False
 
     def register(self) -> None:
+        floor, ceiling = self.concurrency_range or (None, None)
         WorkerProcess.objects.using(self.alias).update_or_create(
             id=self.worker_id,
             defaults={
@@ -27,15 +45,33 @@ class Registration:
                 "pid": os.getpid(),
                 "queues": self.queues,
                 "concurrency": self.concurrency,
+                "concurrency_min": floor,
+                "concurrency_max": ceiling,
+                "queue_slots": self.queue_slots,
             },
         )
         self.registered = True
 
-    def beat(self) -> None:
-        """Mark the worker seen now; register again if its row was pruned while it stalled."""
+    def beat(self) -> int | None:
+        """Mark the worker seen now; return the slots ``scale_worker`` asked for, if any.
+
+        Registers again if the row was pruned while the worker stalled."""
         seen = WorkerProcess.objects.using(self.alias).filter(id=self.worker_id)
         if not seen.update(last_seen_at=Now()):
             self.registered = False
+            return None
+        # A second round trip, once per heartbeat: the ORM has no UPDATE ... RETURNING.
+        return seen.values_list("requested_concurrency", flat=True).first()
+
+    def record_slots(self, concurrency: int, *, requested: int | None = None) -> None:
+        """Show the slots the worker has now; with ``requested``, clear that request (unless a
+        newer one replaced it meanwhile)."""
+        rows = WorkerProcess.objects.using(self.alias).filter(id=self.worker_id)
+        if requested is None or not rows.filter(requested_concurrency=requested).update(
+            concurrency=concurrency, requested_concurrency=None
+        ):
+            rows.update(concurrency=concurrency)
+        self.concurrency = concurrency  # shown: a failed write is tried again next pass
 
     def unregister(self) -> None:
         WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).delete()

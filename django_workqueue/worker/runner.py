@@ -3,7 +3,8 @@
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
 reaper, scheduler) and the completion writes on one connection; N slot threads run jobs, one
 connection each; PostgreSQL adds one LISTEN connection. That is the connection budget:
-concurrency + 2.
+concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or an autoscaling
+ceiling; see ``slots.py``).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
@@ -25,7 +26,7 @@ import queue as queue_module
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import connections
 
@@ -33,6 +34,7 @@ from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
+from ..flow.backpressure import Backpressure
 from ..flow.claim import FlowClaimer, uses_flow_claim
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
@@ -51,6 +53,7 @@ from .connections import (
 from .execution import run
 from .lease import LeaseKeeper, RunningJob
 from .registration import Registration
+from .slots import SlotPool, scale
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -60,7 +63,12 @@ _MAX_ERROR_BACKOFF = 5.0
 class Worker:
     """Runs jobs from ``queues`` with ``concurrency`` slots until stopped.
 
+    ``queue_slots`` gives each queue its own slots instead; with ``max_concurrency`` the slots
+    autoscale from ``concurrency`` up to it (see ``slots.py``).
+
     >>> Worker(queues=["default"], concurrency=4, burst=True).run()
+    >>> Worker(queue_slots={"default": 8, "mail": 2}).run()
+    >>> Worker(concurrency=2, max_concurrency=32).run()
     """
 
     def __init__(
@@ -73,9 +81,10 @@ class Worker:
         poll_interval: float | None = None,
         worker_id: str | None = None,
         grace_seconds: float | None = None,
+        queue_slots: Mapping[str, int] | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
-        self.queues = list(queues or conf.QUEUES)
-        self.concurrency = concurrency
+        self.queues = list(queue_slots or queues or conf.QUEUES)
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = float(poll_interval or conf.POLL_INTERVAL)
@@ -101,10 +110,21 @@ class Worker:
         self.batches = Batches(self)  # batch tasks: a whole batch per slot (worker/batch.py)
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
-        self._slots: list[threading.Thread] = []
+        self.pool = SlotPool.build(
+            self._slot, self._inbox, concurrency, max_concurrency=max_concurrency,
+            queue_slots=queue_slots,
+        )  # fmt: skip
+        self.concurrency = self.pool.size
+        self._slots = self.pool.threads
+        self._requested: int | None = None  # slots asked for by operations.scale_worker
+        self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
+        self.backpressure = Backpressure.from_settings(self.id)
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
-        self.registration = Registration(self.alias, self.id, self.queues, concurrency)
+        self.registration = Registration(
+            self.alias, self.id, self.queues, self.concurrency, queue_slots=queue_slots,
+            concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
+        )  # fmt: skip
         self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
         # A worker never reaps its own leases: it is alive, and one of them may have lapsed only
         # because another session held the job's row locked (renewals skip locked rows).
@@ -169,16 +189,14 @@ class Worker:
         except Exception as exc:  # a locked or restarting database: the ticks retry it
             logger.warning("worker %s: could not register or sync yet (%s)", self.id, exc)
             connections[self.alias].close()
-        for n in range(self.concurrency):
-            slot = threading.Thread(target=self._slot, name=f"workqueue-slot-{n}", daemon=True)
-            slot.start()
-            self._slots.append(slot)
+        self.pool.start()
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
             self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
         logger.info(
-            "worker %s started: queues=%s concurrency=%s", self.id, self.queues, self.concurrency
-        )
+            "worker %s started: queues=%s concurrency=%s", self.id, self.queues,
+            self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
+        )  # fmt: skip
         self.started.set()
 
     def _tick(self) -> int:
@@ -189,10 +207,11 @@ class Worker:
         the claims; a lost connection ends the pass and backs off.
         """
         claimed = 0
+        self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
         steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
-                 self._maintain, self._fill)  # fmt: skip
+                 self._maintain, self._fill, self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -257,7 +276,7 @@ class Worker:
         if not self.leases.due(now):
             return
         self.leases.renew(running)
-        self.registration.beat()
+        self._requested = self.registration.beat()
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
@@ -297,9 +316,13 @@ class Worker:
         # would start only to be released at the end of the grace and run again elsewhere.
         if free <= 0 or self.stopping.is_set():
             return 0
+        if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
+            return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
-        free -= batched
-        jobs = self._claim(self.queues, free) if free > 0 else []
+        with self._lock:
+            claims = self.pool.claims(self.queues, free - batched)
+        jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
+        self._last_fill = (free, len(jobs) + batched)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = not jobs and running_before == 0 and self.batches.idle
@@ -323,13 +346,18 @@ class Worker:
                     is_async=bool(task and task.spec.is_async),
                 )
                 self._executing += 1
+                self.pool.began(job.queue)
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
         if jobs:
             self.claimed_count += len(jobs)
             with self._lock:
                 self.leases.schedule(self._running, now)
+                self.backpressure.recent.add(now, claimed=len(jobs))
         return len(jobs) + batched
+
+    def _scale(self) -> None:
+        scale(self)
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues`` for this worker: plain jobs and, if this
@@ -370,6 +398,7 @@ class Worker:
             self.reaper.next_run,
             self.scheduler.next_run,
             self.batches.wake_at(),
+            self.backpressure.paused_until(time.monotonic()),  # claims may start again then
         )
         retry_at = None if self.flow is None else self.flow.retry_at
         if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
@@ -403,6 +432,8 @@ class Worker:
         while True:
             handed = self._inbox.get()
             if handed is None:
+                if not self.pool.retire():  # meant for a slot that a later grow kept
+                    continue
                 connections.close_all()  # this thread's connections end with it
                 return
             if isinstance(handed, Batch):
@@ -429,6 +460,9 @@ class Worker:
                     logger.exception("job %s: could not tidy the slot's connections", job.id)
                 with self._lock:
                     self._executing -= 1
+                    self.pool.ended(job.queue)
+                    if outcome is not None:
+                        self.backpressure.recent.add_outcome(time.monotonic(), outcome.kind)
                     if outcome is not None and pending:
                         item.context.finished = True
                         self.completer.hand_over(outcome)

@@ -43,8 +43,7 @@ def drain_and_stop(worker: Worker) -> None:
             logger.warning("worker %s: lease renewal failed during shutdown: %s", worker.id, exc)
         worker.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
     release_remaining(worker)
-    for _ in worker._slots:
-        worker._inbox.put(None)
+    worker.pool.stop()
     wakeup.unregister(worker.wake)
     if worker._listener is not None:
         worker._listener.stop()  # type: ignore[attr-defined]

@@ -20,16 +20,97 @@ from ...models import Job
 from ...registry import import_errors, registered_tasks
 from ...worker.connections import is_transient
 from ...worker.runner import Worker
+from ...worker.slots import MAX_SLOTS
 
 logger = logging.getLogger("django_workqueue.worker")
 _MAX_START_BACKOFF = 5.0
 
 
-def queue_list(value: str) -> list[str]:
-    queues = [q.strip() for q in value.split(",") if q.strip()]
-    if not queues:
+def queue_list(value: str) -> list[tuple[str, int | None]]:
+    """``a,b`` or ``a:8,b:2``: each queue with its slots (None when not given)."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
         raise argparse.ArgumentTypeError("give at least one queue name, e.g. --queues default,mail")
+    queues: list[tuple[str, int | None]] = []
+    for item in items:
+        name, colon, slots = (part.strip() for part in item.partition(":"))
+        if not name:
+            raise argparse.ArgumentTypeError(f"{item!r} has no queue name; write NAME:SLOTS")
+        if any(name == seen for seen, _ in queues):
+            raise argparse.ArgumentTypeError(f"queue {name!r} is given twice")
+        queues.append((name, positive_int(slots) if colon else None))
     return queues
+
+
+def slot_range(value: str) -> tuple[int, int | None]:
+    """``N`` (N slots) or ``MIN-MAX`` (slots autoscale between MIN and MAX)."""
+    floor_text, dash, ceiling_text = value.partition("-")
+    floor = positive_int(floor_text.strip())
+    if not dash:
+        ceiling = None
+    else:
+        ceiling = positive_int(ceiling_text.strip())
+        if ceiling < floor:
+            raise argparse.ArgumentTypeError(
+                f"{value}: the floor {floor} is above the ceiling {ceiling}; write MIN-MAX, "
+                f"e.g. {ceiling}-{floor}"
+            )
+    if max(floor, ceiling or 0) > MAX_SLOTS:
+        raise argparse.ArgumentTypeError(_too_many_slots(max(floor, ceiling or 0)))
+    return floor, ceiling
+
+
+def slot_options(queues: Any, concurrency: Any) -> dict[str, Any]:
+    """The ``Worker`` arguments for ``--queues`` and ``--concurrency``, or a ``CommandError``
+    for a combination that does not fit.
+
+    Takes the parsed values, or the raw ones ``call_command("runworker", concurrency=4,
+    queues=["default"])`` passes (argparse does not convert keyword options)."""
+    try:
+        queues = _parsed_queues(queues)
+        if concurrency is not None and not isinstance(concurrency, tuple):
+            concurrency = slot_range(str(concurrency))
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(str(exc)) from None
+    budgets = {name: slots for name, slots in queues or [] if slots is not None}
+    if not budgets:
+        floor, ceiling = concurrency or (1, None)
+        names = [name for name, _ in queues] if queues else None
+        return {"queues": names, "concurrency": floor, "max_concurrency": ceiling}
+    assert queues is not None
+    missing = [name for name, slots in queues if slots is None]
+    if missing:
+        example = ",".join(f"{name}:{budgets.get(name, 1)}" for name, _ in queues)
+        raise CommandError(
+            f"--queues gives slots to some queues but not to {', '.join(missing)}: give every "
+            f"queue its slots (e.g. --queues {example}), or none and --concurrency N for all"
+        )
+    if concurrency is not None:
+        raise CommandError(
+            "--concurrency cannot be combined with slots per queue (--queues "
+            f"{','.join(f'{n}:{s}' for n, s in budgets.items())}): the worker runs their sum. "
+            "Drop --concurrency, or drop the :SLOTS from --queues to share --concurrency slots"
+        )
+    if sum(budgets.values()) > MAX_SLOTS:
+        raise CommandError(_too_many_slots(sum(budgets.values())))
+    return {"queue_slots": budgets}
+
+
+def _parsed_queues(queues: Any) -> list[tuple[str, int | None]] | None:
+    if not queues:
+        return None
+    if isinstance(queues, str):
+        return queue_list(queues)
+    if all(isinstance(item, tuple) for item in queues):
+        return list(queues)
+    return queue_list(",".join(str(item) for item in queues))
+
+
+def _too_many_slots(slots: int) -> str:
+    return (
+        f"{slots} slots is more than one worker may run ({MAX_SLOTS}); each slot holds a database "
+        f"connection. Run more worker processes instead"
+    )
 
 
 def positive_int(value: str) -> int:
@@ -67,9 +148,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
-                            "(default: all of WORKQUEUE['QUEUES']).")  # fmt: skip
-        parser.add_argument("--concurrency", type=positive_int, default=1,
-                            help="Jobs run at once (slot threads). Default 1.")  # fmt: skip
+                            "(default: all of WORKQUEUE['QUEUES']); NAME:SLOTS gives each queue "
+                            "its own slots, e.g. default:8,mail:2.")  # fmt: skip
+        parser.add_argument("--concurrency", type=slot_range,
+                            help="Jobs run at once (slot threads), default 1; MIN-MAX autoscales "
+                            "between MIN and MAX, e.g. 2-32.")  # fmt: skip
         parser.add_argument("--burst", action="store_true",
                             help="Exit once no job is ready and none is running.")  # fmt: skip
         parser.add_argument("--max-jobs", type=positive_int,
@@ -82,7 +165,8 @@ class Command(BaseCommand):
                             "id hides a crashed process).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queues = options["queues"] or list(conf.QUEUES)
+        slots = slot_options(options["queues"], options["concurrency"])
+        queues = list(slots.get("queue_slots") or slots["queues"] or conf.QUEUES)
         unknown = [q for q in queues if q not in conf.QUEUES]
         if unknown:
             raise CommandError(
@@ -120,8 +204,7 @@ class Command(BaseCommand):
             self.stdout.write("runworker: stopped while waiting for the database")
             return
         worker = Worker(
-            queues=queues,
-            concurrency=options["concurrency"],
+            **slots,
             burst=options["burst"],
             max_jobs=options["max_jobs"],
             poll_interval=options["poll_interval"],
