@@ -361,9 +361,11 @@ def _holders(
         replaced = False
         for key, position in wanted.items():
             call = calls[position]
+            own = template  # with the row's own flow key: a new customer, a new limit key
+            if template.flow_keys is not None:
+                own = dataclasses.replace(template, flow_keys=(template.flow_keys[position],))
             replaced |= (
-                driver.replace_waiting(template, key, (call.args_json, call.kwargs_json))
-                is not None
+                driver.replace_waiting(own, key, (call.args_json, call.kwargs_json)) is not None
             )
         if replaced:  # a replaced job may be due now: wake the workers
             driver.notify([template.queue])

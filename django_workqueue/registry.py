@@ -495,7 +495,7 @@ def _validate_spec(spec: TaskSpec) -> None:
 
 _RATE_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
                "h": 3600, "hour": 3600, "d": 86400, "day": 86400}  # fmt: skip
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([a-z]+)\s*$")
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
 
 
 def parse_rate(owner: str, rate: Any) -> Rate | None:
@@ -513,6 +513,10 @@ def parse_rate(owner: str, rate: Any) -> Rate | None:
     if count < 1 or not multiple > 0:
         raise InvalidOption(f"{owner}: rate {rate!r} must allow at least 1 start per period")
     return Rate(count, multiple * unit)
+
+
+# The longest batch_wait: a day. A batch that waits longer for company is a schedule.
+MAX_BATCH_WAIT = 86_400
 
 
 def _validate_flow(spec: TaskSpec) -> None:
@@ -547,8 +551,15 @@ def _validate_flow(spec: TaskSpec) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise InvalidOption(f"{owner}: batch_size must be a whole number of at least 1")
     wait = spec.batch_wait
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
-        raise InvalidOption(f"{owner}: batch_wait must be a number of seconds (0 or more)")
+    if (
+        isinstance(wait, bool)
+        or not isinstance(wait, int | float)
+        or not 0 <= wait <= MAX_BATCH_WAIT  # NaN and infinity fail this too
+    ):
+        raise InvalidOption(
+            f"{owner}: batch_wait must be a number of seconds from 0 to {MAX_BATCH_WAIT:,}, "
+            f"got {describe(wait)}"
+        )
     if limited or spec.fair_key is not None:
         raise InvalidOption(
             f"{owner}: batch_size cannot be combined with concurrency=, rate= or fair_key= "

@@ -352,7 +352,7 @@ class Driver(abc.ABC):
         first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
 
     def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
-        """Up to ``limit`` flow keys (``batch:`` keys left out) with ready jobs in the unpaused
+        """Up to ``limit`` flow keys with ready jobs in the unpaused
         ``queues``: those after ``after`` in key order first, then from the first key on
         (round-robin from a cursor). Each key costs one index probe, however many jobs and
         keys there are (a skip scan of ``wq_job_flow``). The generic version walks with one
@@ -394,8 +394,7 @@ class Driver(abc.ABC):
             if row is None:
                 break
             key = row[0] or ""  # never None: the filter is flow_key > key
-            if not key.startswith("batch:"):
-                groups.append(FlowGroup(queue, key, row[1]))
+            groups.append(FlowGroup(queue, key, row[1]))
         return groups
 
     @abc.abstractmethod

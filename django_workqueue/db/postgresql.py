@@ -156,7 +156,7 @@ class PostgresDriver(Driver):
             f"WITH t AS (SELECT COALESCE(%(run_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) "
             f"UPDATE {self.table} AS j SET args = %(args)s::jsonb, kwargs = %(kwargs)s::jsonb, "
-            f"run_after = t.run_after, "
+            f"run_after = t.run_after, flow_key = COALESCE(%(fkey)s::text, j.flow_key), "
             f"deadline = COALESCE(%(deadline_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8), j.deadline), "
             f"status = CASE WHEN j.status IN ('ready', 'scheduled') THEN "
@@ -168,6 +168,7 @@ class PostgresDriver(Driver):
         params = job.params(datetime.isoformat)
         params["key"] = key
         params["args"], params["kwargs"] = payload
+        params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -234,12 +235,10 @@ class PostgresDriver(Driver):
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
             f"{walk('ahead', '%(after)s', 'true')}, "
             f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')} "
-            f"SELECT queue, key, task FROM ahead WHERE key NOT LIKE 'batch:%%' UNION ALL "
-            f"SELECT queue, key, task FROM behind WHERE key NOT LIKE 'batch:%%' "
+            f"SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
             f"LIMIT %(limit)s"
         )
-        # A batch key is stepped over but not counted: the walk allows for a few.
-        params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit + 8,
+        params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit,
                                   "after": after, "first": ""}  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)

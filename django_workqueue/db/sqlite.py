@@ -133,7 +133,7 @@ class SQLiteDriver(Driver):
         run_after = f"COALESCE(:run_at, {_from_now(':delay')})"
         sql = (
             f"UPDATE {self.table} SET args = json(:args), kwargs = json(:kwargs), "
-            f"run_after = {run_after}, "
+            f"run_after = {run_after}, flow_key = COALESCE(:fkey, flow_key), "
             f"deadline = COALESCE(:deadline_at, CASE WHEN :deadline_in IS NOT NULL "
             f"  THEN {_from_now(':deadline_in')} END, deadline), "
             f"status = CASE WHEN status IN ('ready', 'scheduled') THEN "
@@ -145,6 +145,7 @@ class SQLiteDriver(Driver):
         params = job.params(self.connection.ops.adapt_datetimefield_value)
         params["key"] = key
         params["args"], params["kwargs"] = payload
+        params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()

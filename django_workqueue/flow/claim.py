@@ -28,15 +28,18 @@ from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Count
+from django.db.models.functions import Now
 
 from ..db import ClaimedJob, Driver, FlowGroup, FlowPick
 from ..models import FlowLimit, Job
 from ..registry import TaskSpec, find_task, registered_tasks
 from ..states import Status
-from .keys import LIMIT
+from .keys import BATCH, LIMIT
 
-# Keys walked per claim beyond the jobs wanted: room for keys at their limit.
+# Keys walked per claim beyond the jobs wanted: room for keys at their limit. At most
+# _MAX_KEYS a claim (SQLite allows 500 terms in one compound SELECT).
 _EXTRA_KEYS = 8
+_MAX_KEYS = 256
 
 
 class FlowClaimer:
@@ -45,27 +48,37 @@ class FlowClaimer:
     def __init__(self, driver: Driver, owner: str) -> None:
         self.driver = driver
         self.owner = owner
-        self.cursor = ""  # the last key served: the next claim starts after it
+        self.cursor = ""  # the last key walked: the next claim starts after it
         self.retry_at: float | None = None
         """Monotonic time at which a rate limit that held jobs back frees a start, if any."""
+        self.held = False
+        """Whether the last claim left ready jobs of a key at its limit (or claimed by another
+        worker at the same moment): work remains that a later claim may take."""
 
     def claim(
         self, queues: Sequence[str], limit: int, now: datetime | None = None
     ) -> list[ClaimedJob]:
         self.retry_at = None
+        self.held = False
         if limit <= 0:
             return []
-        groups = self.driver.flow_keys(queues, self.cursor, limit + _EXTRA_KEYS)
-        if not groups:
-            return []
+        walked = self.driver.flow_keys(queues, self.cursor, min(limit + _EXTRA_KEYS, _MAX_KEYS))
+        groups = [g for g in walked if _claimable(g)]
         limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
-        if limits:
+        if not groups:
+            jobs = []
+        elif limits:
             with transaction.atomic(using=self.driver.alias):
                 jobs = self._claim_limited(groups, limits, limit, now)
         else:
             jobs = self._claim(groups, {}, limit, now)
-        if jobs:
+        # Full: the next claim starts after the last key served. Short (keys at their limit,
+        # or too few): after the last key walked, so that a claim never walks the same full
+        # keys again while keys further on have room.
+        if len(jobs) == limit:
             self.cursor = jobs[-1].flow_key or ""
+        elif walked:
+            self.cursor = walked[-1].key
         return jobs
 
     def _claim(
@@ -75,11 +88,18 @@ class FlowClaimer:
         limit: int,
         now: datetime | None,
     ) -> list[ClaimedJob]:
-        picks = [
-            FlowPick(g.queue, g.key, min(limit, room.get(g.key, limit)), turn)
-            for turn, g in enumerate(groups)
-            if room.get(g.key, limit) > 0
-        ]
+        # A key may have ready jobs in several queues (``using(queue=...)``): its room is
+        # shared among its groups, in the order walked, never given to each.
+        left = dict(room)
+        picks = []
+        for turn, group in enumerate(groups):
+            take = min(limit, left.get(group.key, limit))
+            if take <= 0:
+                self.held = True
+                continue
+            if group.key in left:
+                left[group.key] -= take
+            picks.append(FlowPick(group.queue, group.key, take, turn))
         return self.driver.claim_flow(picks, limit, self.owner, now)
 
     def _claim_limited(
@@ -136,8 +156,10 @@ class FlowClaimer:
         for key in rated:  # a few keys: one small write each, only when something changed
             count = started.get(key, 0)
             if count or len(kept[key]) != len(locked[key].starts):
-                starts = kept[key] + ([[clock, count]] if count else [])
-                FlowLimit.objects.using(alias).filter(key=key).update(starts=starts)
+                starts = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
+                FlowLimit.objects.using(alias).filter(key=key).update(
+                    starts=starts, updated_at=Now()
+                )
         return jobs
 
     def _lock(self, keys: list[str]) -> dict[str, FlowLimit]:
@@ -162,9 +184,20 @@ def uses_flow_claim() -> bool:
     )
 
 
+def _claimable(group: FlowGroup) -> bool:
+    """Whether this worker claims the group here: not a task it does not know (another worker
+    may know its limits), not a batch task's items (``flow/batches.py`` claims those). A key
+    its task no longer declares (the option was removed after the job was enqueued) is
+    claimed without limits, so that such a backlog is never stranded."""
+    task = find_task(group.task_name)
+    if task is None:
+        return False
+    return not (group.key.startswith(BATCH) and task.spec.batch_size is not None)
+
+
 def _limited(group: FlowGroup) -> TaskSpec | None:
-    """The task whose limits apply to a ``limit:`` key (None for a tenant's key, or a task this
-    process does not know: its jobs are claimed, and fail as unregistered)."""
+    """The task whose limits apply to a ``limit:`` key (None for a tenant's key, or a key its
+    task no longer limits)."""
     if not group.key.startswith(LIMIT):
         return None
     task = find_task(group.task_name)
@@ -176,3 +209,17 @@ def _limited(group: FlowGroup) -> TaskSpec | None:
 def _recent(starts: list[list[float]], clock: float, period: float) -> list[list[float]]:
     """The starts still inside the rate's period ``(clock - period, clock]``."""
     return [[at, n] for at, n in starts if at > clock - period]
+
+
+def _stamped(
+    starts: list[list[float]], clock: float, count: int, period: float
+) -> list[list[float]]:
+    """The starts with this claim's added. Claims less than a hundredth of the period apart
+    share one entry, stamped with the later time (a start counted a little longer than it
+    happened: never more starts than the rate), so a busy key's row holds at most about a
+    hundred entries whatever its rate."""
+    if not count:
+        return starts
+    if starts and clock - starts[-1][0] < period / 100:
+        return [*starts[:-1], [clock, starts[-1][1] + count]]
+    return [*starts, [clock, count]]

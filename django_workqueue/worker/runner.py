@@ -35,7 +35,6 @@ from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
 from ..flow.backpressure import Backpressure
-from ..flow.claim import FlowClaimer, uses_flow_claim
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
 from ..maintenance.scheduler import Scheduler
@@ -43,6 +42,7 @@ from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
 from .batch import Batch, Batches
+from .claiming import Claimer
 from .completer import Completer
 from .connections import (
     close_unusable_connections,
@@ -134,8 +134,7 @@ class Worker:
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
-        self.flow = FlowClaimer(self.driver, self.id) if uses_flow_claim() else None
-        self._flow_first = False
+        self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
 
     # --- public ---------------------------------------------------------------------------
 
@@ -325,7 +324,9 @@ class Worker:
         self._last_fill = (free, len(jobs) + batched)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
-        self._drained = not jobs and running_before == 0 and self.batches.idle
+        self._drained = (
+            not jobs and running_before == 0 and self.batches.idle and not self.claimer.held
+        )
         if self._drained and self.burst and self.promoter.run_once():
             self._drained = False
             self.wake.set()
@@ -360,21 +361,8 @@ class Worker:
         scale(self)
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs of ``queues`` for this worker: plain jobs and, if this
-        worker's tasks use flow control, flow-controlled ones, the two claims taking turns
-        at going first so that neither kind can take every slot from the other."""
-        if self.flow is None:
-            return self.driver.claim(queues, limit, self.id)
-        self._flow_first = not self._flow_first
-        claims = [self._claim_plain, self.flow.claim]
-        jobs: list[ClaimedJob] = []
-        for claim in reversed(claims) if self._flow_first else claims:
-            if limit > len(jobs):
-                jobs += claim(queues, limit - len(jobs))
-        return jobs
-
-    def _claim_plain(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        return self.driver.claim(queues, limit, self.id)
+        """Claim up to ``limit`` jobs of ``queues`` for this worker (``worker/claiming.py``)."""
+        return self.claimer.claim(queues, limit)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
         for item in running.values():
@@ -400,7 +388,7 @@ class Worker:
             self.batches.wake_at(),
             self.backpressure.paused_until(time.monotonic()),  # claims may start again then
         )
-        retry_at = None if self.flow is None else self.flow.retry_at
+        retry_at = self.claimer.retry_at
         if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
             due = min(due, retry_at)
         return max(0.0, min(self.poll_interval, due - time.monotonic()))

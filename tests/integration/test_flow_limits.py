@@ -94,11 +94,11 @@ class TestConcurrency:
         assert set(waiting.values_list("attempt", flat=True)) == {0}
 
     def test_only_a_worker_that_knows_flow_tasks_runs_the_flow_claim(self, monkeypatch):
-        assert Worker(queues=["default"]).flow is not None
+        assert Worker(queues=["default"]).claimer.uses_flow
         for name in TASKS:
             monkeypatch.delitem(registry._registry, name)
 
-        assert Worker(queues=["default"]).flow is None
+        assert not Worker(queues=["default"]).claimer.uses_flow
 
 
 class TestRate:
@@ -250,3 +250,67 @@ class TestWorkflowSteps:
         with pytest.raises(InvalidOption, match="receives its first argument from earlier steps"):
             chain(plain_tasks.add.s(1, 2), tasks.one_per_customer.s()).enqueue()
         assert not Job.objects.exists()
+
+
+class TestEdges:
+    def test_a_key_with_jobs_in_two_queues_shares_one_limit(self):
+        tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+        tasks.two_at_a_time.using(queue="mail").enqueue_many([((), {})] * 3)
+
+        claimed = claimer().claim(["default", "mail"], 10)
+
+        assert len(claimed) == 2
+
+    def test_a_claim_moves_past_keys_at_their_limit_to_keys_with_room(self):
+        customers = 40
+        tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(customers)] * 2)
+        claimer("w1").claim(["default"], 8)
+        claimer("w2").claim(["default"], 8)
+        late = claimer("w3")
+
+        claimed = []
+        for _ in range(4):  # every key walked at its limit moves the cursor past it
+            claimed += late.claim(["default"], 8)
+
+        assert len(claimed) == 24  # the other 24 customers, one job each
+        assert late.held
+
+    def test_a_key_its_task_no_longer_declares_is_claimed_without_limits(self):
+        job = plain_tasks.add.enqueue(1, 2)
+        Job.objects.filter(pk=job.pk).update(flow_key=f"limit:{plain_tasks.add.name}")
+        Job.objects.create(task_name="elsewhere.unknown", flow_key="fair:x")
+
+        claimed = claimer().claim(["default"], 5)
+
+        assert [j.id for j in claimed] == [job.pk]  # the unknown task's job is left alone
+
+    def test_replacing_a_waiting_job_gives_it_the_new_arguments_limit_key(self):
+        task = tasks.one_per_customer.using(unique_key="sync", on_conflict="replace")
+        first = task.enqueue(1)
+
+        task.enqueue(2)
+
+        first.refresh_from_db()
+        assert first.flow_key == f"limit:{tasks.one_per_customer.name}:customer:2"
+
+
+class TestWorkerPass:
+    def test_jobs_of_a_first_claim_are_run_when_the_second_claim_fails(self, monkeypatch):
+        plain = plain_tasks.add.enqueue(1, 2)
+        worker = Worker(queues=["default"], concurrency=4)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("the flow claim failed")
+
+        monkeypatch.setattr(worker.claimer.flow, "claim", broken)
+        worker.claimer._flow_first = True  # the next pass runs the plain claim first
+
+        assert [job.id for job in worker._claim(["default"], 4)] == [plain.pk]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_burst_worker_waits_for_jobs_a_rate_holds_back(self, drain):
+        tasks.three_a_second_per_region.enqueue_many([(("eu",), {"n": n}) for n in range(5)])
+
+        drain(queues=["default"], concurrency=4)
+
+        assert set(Job.objects.values_list("status", flat=True)) == {"succeeded"}

@@ -28,7 +28,7 @@ def test_rates_are_read_from_their_short_forms(text, rate):
     assert parse_rate("task t", text) == rate
 
 
-@pytest.mark.parametrize("text", ["10", "10/y", "0/s", "ten/s", "/s", 10, "10/0s"])
+@pytest.mark.parametrize("text", ["10", "10/y", "0/s", "ten/s", "/s", 10, "10/0s", "3/.s"])
 def test_a_rate_not_understood_is_refused_with_the_forms_accepted(text):
     with pytest.raises(InvalidOption, match=r"task t: rate"):
         parse_rate("task t", text)
@@ -44,6 +44,8 @@ def test_a_rate_not_understood_is_refused_with_the_forms_accepted(text):
         ({"fair_key": lambda **kw: "t", "rate": "1/s"}, "fair_key cannot be combined"),
         ({"batch_size": 0}, "batch_size must be a whole number"),
         ({"batch_size": 5, "batch_wait": -1}, "batch_wait must be a number"),
+        ({"batch_size": 5, "batch_wait": float("inf")}, "batch_wait must be a number"),
+        ({"batch_size": 5, "batch_wait": float("nan")}, "batch_wait must be a number"),
         ({"batch_size": 5, "concurrency": 2}, "batch_size cannot be combined"),
     ],
 )
