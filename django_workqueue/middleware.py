@@ -177,7 +177,7 @@ def opentelemetry_span(next_call: Attempt) -> Attempt:
     Needs ``opentelemetry-api`` (``pip install django-workqueue[otel]``); spans go wherever
     the process's tracer provider sends them."""
     try:
-        from opentelemetry import trace
+        import opentelemetry.trace as trace
     except ImportError as exc:
         raise ImproperlyConfigured(
             "WORKQUEUE['MIDDLEWARE'] lists django_workqueue.middleware.opentelemetry_span, "
