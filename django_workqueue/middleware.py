@@ -187,7 +187,7 @@ def opentelemetry_span(next_call: Attempt) -> Attempt:
 
     def call(context: JobContext) -> Any:
         job = context.job
-        attributes = {
+        attributes: dict[str, Any] = {
             "workqueue.job_id": job.id, "workqueue.task": job.task_name,
             "workqueue.attempt": job.attempt, "workqueue.queue": job.queue,
             "workqueue.worker_id": context.owner,
