@@ -55,9 +55,6 @@ worker_started = Signal()
 worker_stopping = Signal()
 worker_stopped = Signal()
 
-_ENDINGS = (job_succeeded, job_failed, job_cancelled)
-_OUTCOMES = (*_ENDINGS, job_retrying, job_snoozed)
-
 Sends = list[tuple[Signal, dict[str, Any]]]
 
 
@@ -128,7 +125,10 @@ def outcomes_written(
     """Outcomes a worker just wrote (inside the writing transaction): the signal of the status
     each row got, as the row says (a requested cancellation turns a failure into
     ``cancelled``). Outcomes the fence refused send nothing."""
-    if not listened(*_OUTCOMES):
+    if not (
+        job_succeeded.receivers or job_failed.receivers or job_cancelled.receivers
+        or job_retrying.receivers or job_snoozed.receivers
+    ):  # fmt: skip
         return
     from .outcomes import OutcomeKind
     from .states import Status
@@ -175,7 +175,7 @@ def reaped(alias: str, rows: Iterable[tuple[int, int, str, str]], ended: Iterabl
 def jobs_ended(alias: str, ended: Iterable[Ended]) -> None:
     """Jobs an operation, the reaper or a workflow's run condition just ended outside a
     worker's write (inside the ending transaction)."""
-    if not listened(*_ENDINGS):
+    if not (job_succeeded.receivers or job_failed.receivers or job_cancelled.receivers):
         return
     from .models import Job
     from .states import Status
