@@ -77,6 +77,9 @@ def chain(inner: Attempt) -> Attempt | None:
     """The configured middlewares around ``inner``, built on first use and kept for the
     process (rebuilt when the setting changes); None when none is configured."""
     global _chain
+    built = _chain
+    if built is not _UNBUILT:  # every attempt but the first: no lock
+        return built
     with _lock:
         if _chain is _UNBUILT:
             call: Attempt | None = None

@@ -58,12 +58,6 @@ worker_stopped = Signal()
 Sends = list[tuple[Signal, dict[str, Any]]]
 
 
-def listened(*signals: Signal) -> bool:
-    """Whether any of ``signals`` has a receiver: the one test a send point makes before it
-    builds anything (``Signal.receivers`` also holds receivers connected for one sender)."""
-    return any(signal.receivers for signal in signals)
-
-
 def send(signal: Signal, **kwargs: Any) -> None:
     """Send now, with ``sender`` the task named ``task_name`` if the kwargs name one."""
     if not signal.receivers:

@@ -13,7 +13,6 @@ went wrong: a slot never drops an outcome.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import traceback
 from collections.abc import Callable
@@ -100,12 +99,14 @@ def run(
     return outcome, True
 
 
-_body: contextvars.ContextVar[Callable[[], Any]] = contextvars.ContextVar("workqueue_body")
+# The body of each attempt running through the middlewares, by its context's id: the chain is
+# built once, and a middleware may call on in another thread than the slot's.
+_bodies: dict[int, Callable[[], Any]] = {}
 
 
 def _call_body(context: JobContext) -> Any:
-    """The innermost call of the middleware chain: the current attempt's body."""
-    return _body.get()()
+    """The innermost call of the middleware chain: the attempt's body."""
+    return _bodies[id(context)]()
 
 
 def load_middlewares() -> None:
@@ -129,11 +130,11 @@ def _attempt(
     chain = middleware.chain(_call_body)
     if chain is None:
         return body()
-    token = _body.set(body)
+    _bodies[id(context)] = body
     try:
         return chain(context)
     finally:
-        _body.reset(token)
+        del _bodies[id(context)]
 
 
 def _not_run(

@@ -119,6 +119,29 @@ def test_an_atomic_tasks_body_runs_inside_the_middlewares(drain):
     assert list(Effect.objects.values_list("value", flat=True)) == ["kept"]
 
 
+def test_a_middleware_that_raises_after_an_atomic_body_rolls_the_body_back(drain):
+    from testproject.testapp.models import Effect
+    from testproject.testapp.tasks import atomic_effect
+
+    with workqueue_settings(MIDDLEWARE=[f"{M}.raises_after"]):
+        job = atomic_effect.using(max_attempts=1).enqueue(value="undone")
+        drain()
+
+    job = fresh(job)
+    assert job.status == "failed"
+    assert [e["type"] for e in job.errors] == ["builtins.PermissionError"]
+    assert not Effect.objects.exists()
+
+
+def test_a_middleware_may_call_on_from_another_thread(drain):
+    with workqueue_settings(MIDDLEWARE=[f"{M}.outer", f"{M}.in_another_thread"]):
+        job = noted.enqueue()
+        drain()
+
+    assert middlewares.EVENTS == ["outer in #1", "body", "outer out"]
+    assert fresh(job).status == "succeeded"
+
+
 def test_a_worker_with_a_middleware_that_cannot_be_imported_does_not_start():
     with (
         workqueue_settings(MIDDLEWARE=[f"{M}.missing"]),

@@ -224,6 +224,22 @@ def test_an_async_task_sends_started_and_succeeded(received, drain):
     ]  # fmt: skip
 
 
+def test_a_batch_tasks_jobs_each_send_started_and_their_outcome(received, drain):
+    from testproject.testapp.tasks import batch_double, batch_fails
+
+    doubled = batch_double.enqueue_many([((1,), {}), ((2,), {})])
+    failing = batch_fails.using(max_attempts=1).enqueue(1)
+    drain()
+
+    events = received.jobs("job_id")
+    for job in doubled:
+        mine = [name for name, pk in events if pk == job.pk]
+        assert mine == ["job_enqueued", "job_started", "job_succeeded"]
+    assert [name for name, pk in events if pk == failing.pk] == [
+        "job_enqueued", "job_started", "job_failed",
+    ]  # fmt: skip
+
+
 # --- cancellation, operations, the reaper ---------------------------------------------------
 
 

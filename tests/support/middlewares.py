@@ -94,3 +94,22 @@ def logs_inside(context: Any) -> None:
 async def logs_inside_async() -> None:
     await asyncio.sleep(0)
     logger.warning("inside an async job")
+
+
+def in_another_thread(next_call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Calls on from a thread of its own (as a middleware enforcing a deadline might)."""
+    import concurrent.futures
+
+    def call(context: Any) -> Any:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(next_call, context).result()
+
+    return call
+
+
+def raises_after(next_call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def call(context: Any) -> Any:
+        next_call(context)
+        raise PermissionError("refused after the body ran")
+
+    return call
