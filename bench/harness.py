@@ -23,6 +23,7 @@ from . import (
     engine_metrics,
     flow_metrics,
     metrics,
+    observability_metrics,
     pgadmin,
     profiling,
     report,
@@ -41,6 +42,7 @@ ENGINE_MEASUREMENTS = {
     **engine_metrics.MEASUREMENTS,
     **workflow_metrics.MEASUREMENTS,
     **flow_metrics.MEASUREMENTS,
+    **observability_metrics.MEASUREMENTS,
 }
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",

@@ -80,6 +80,12 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "flow_claim_concurrency_per_key_statements": ("statements per claim under per-key "
                                                   "concurrency=", "stmts", "lower"),
     "flow_claim_fair_statements": ("statements per claim under fair_key=", "stmts", "lower"),
+    "signals_cost_off": ("drain of no-ops, in-process burst worker, no signal receivers",
+                         "jobs/s", "higher"),
+    "signals_cost_on": ("the same drain, a no-op receiver on every signal", "jobs/s", "higher"),
+    "signals_cost_ratio": ("drain without receivers / with, paired", "ratio", "lower"),
+    "signals_gate_ns": ("signal code per job with no receiver", "ns", "lower"),
+    "signals_gate_share": ("that code's share of a job's drain time", "%", "lower"),
 }  # fmt: skip
 for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
     METRICS.update(

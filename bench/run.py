@@ -10,6 +10,7 @@
     python bench/run.py --metrics workflow_fanin,release_cost  # workflows
     python bench/run.py --metrics flow_claim  # what flow control costs a claim
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
+    python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -38,7 +39,7 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
-                  "skip_queue_latency")  # fmt: skip
+                  "skip_queue_latency", "signals_cost")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
@@ -76,6 +77,7 @@ SIZES = {
     "flow_keys": 2_000,  # ... spread over this many keys (per-key limits, tenants) ...
     "flow_claims": 200,  # ... and timed claims per case
     "skip_queue": 200,  # jobs enqueued with skip_queue, and as many without, one at a time
+    "signals_jobs": 5_000,  # no-op jobs per drain, without and with signal receivers
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -84,7 +86,7 @@ QUICK_SIZES = {
     "profile_seconds": 2, "future_due": 200, "future_waiting": 2_000, "idle_waiting": 5_000,
     "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 2,
     "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10, "flow_jobs": 400,
-    "flow_keys": 50, "flow_claims": 20, "skip_queue": 10,
+    "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
 }  # fmt: skip
 
 

@@ -92,6 +92,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     errors.extend(_backpressure_messages(conf.BACKPRESSURE))
+    errors.extend(_middleware_messages(conf.MIDDLEWARE))
     errors += _claim_ttl_messages()
     if not settings.USE_TZ:
         errors.append(
@@ -127,6 +128,41 @@ def _backpressure_messages(value: object) -> list[checks.CheckMessage]:
     return [
         checks.Error(f"WORKQUEUE['BACKPRESSURE'] {problem}.", hint=hint, id="django_workqueue.E011")
     ]
+
+
+def _middleware_messages(paths: object) -> list[checks.CheckMessage]:
+    """WORKQUEUE["MIDDLEWARE"] must list dotted paths of callables that can be imported (and
+    whose requirements, such as opentelemetry-api, are installed)."""
+    hint = (
+        "List dotted paths of attempt middleware factories, make(next_call) -> call(context), "
+        "e.g. ['django_workqueue.middleware.logging_context'] (see "
+        "docs/guides/observability.md#middleware)."
+    )
+
+    def error(problem: str) -> checks.CheckMessage:
+        return checks.Error(f"WORKQUEUE['MIDDLEWARE'] {problem}.", hint=hint,
+                            id="django_workqueue.E020")  # fmt: skip
+
+    if not isinstance(paths, list | tuple):
+        return [error(f"must be a list of dotted paths, got {paths!r}")]
+    messages = []
+    for path in paths:
+        if not isinstance(path, str):
+            messages.append(error(f"holds {path!r}, not a dotted path"))
+            continue
+        try:
+            factory = import_string(path)
+        except ImportError as exc:
+            messages.append(error(f"names {path!r}, which cannot be imported ({exc})"))
+            continue
+        if not callable(factory):
+            messages.append(error(f"names {path!r}, which is not callable"))
+            continue
+        requirement = getattr(factory, "requirement", None)
+        missing = requirement() if callable(requirement) else None
+        if missing:
+            messages.append(error(f"names {path!r}, but {missing}"))
+    return messages
 
 
 def _claim_ttl_messages() -> list[checks.CheckMessage]:

@@ -70,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_TTL": 7 * 24 * 3600,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
+    # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping
+    # every attempt, the first listed outermost (docs/guides/observability.md#middleware).
+    "MIDDLEWARE": [],
 }
 
 

@@ -22,7 +22,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import payload, wakeup
+from . import payload, signals, wakeup
 from .conf import workqueue_settings as conf
 from .db import NewJob, driver_for
 from .exceptions import (
@@ -287,6 +287,7 @@ def _insert(
     jobs: list[Job | None] = [None] * len(calls)
     if written:
         transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
+        signals.enqueued(alias, template.task_name, template.queue, rows.ids)
         shared = dict(
             _JOB_DEFAULTS,
             task_name=template.task_name, queue=template.queue, priority=template.priority,
@@ -399,7 +400,7 @@ _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 _JOB_DEFAULTS: dict[str, Any] = {
     "attempt": 0, "lease_owner": None, "lease_expires_at": None,
     "cancel_requested_at": None, "progress_current": None, "progress_total": None,
-    "progress_message": "", "result": None, "started_at": None,
+    "progress_message": "", "progress_details": None, "result": None, "started_at": None,
     "finished_at": None, "workflow_id": None, "waiting_on": 0, "prerequisites_succeeded": 0,
     "run_condition": "all_succeeded", "input_shape": None, "unique_window": None,
 }  # fmt: skip

@@ -133,6 +133,9 @@ class Job(models.Model):
     progress_current = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_message = models.CharField(max_length=500, blank=True, default="")
+    progress_details = models.JSONField(
+        null=True, blank=True, help_text="The latest progress report's details (a JSON object)."
+    )
     result = models.JSONField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     enqueued_at = models.DateTimeField(db_default=Now())
@@ -391,6 +394,22 @@ class IdempotencyClaim(models.Model):
         return f"claim {self.key}"
 
 
+class MaintenanceLease(models.Model):
+    """Which worker runs a fleet-wide maintenance service (retention, stats) now: the holder
+    renews ``expires_at``; another worker takes the row over once it has expired."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    owner = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+    acquired_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.owner}"
+
+
 class WorkerProcess(models.Model):
     """A live ``runworker`` process, for dashboards. Recovery never depends on it: leases do."""
 
@@ -406,6 +425,9 @@ class WorkerProcess(models.Model):
     )
     queue_slots = models.JSONField(
         default=dict, blank=True, help_text="Slots per queue (runworker --queues a:8,b:2)."
+    )
+    running = models.PositiveIntegerField(
+        default=0, help_text="Jobs it was running at its last heartbeat."
     )
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())

@@ -48,6 +48,9 @@ class Outcome:
     error: dict[str, Any] | None = None
     delay: float = 0.0
     progress: tuple[int, int | None, str] | None = None
+    task_name: str = dataclasses.field(default="", compare=False)
+    queue: str = dataclasses.field(default="", compare=False)
+    """The job's task and queue, for the signals sent once the outcome is written."""
     spawn: Any = dataclasses.field(default=None, repr=False, compare=False)
     """Steps the job added at run time (``context.add`` / ``continue_with``), written with a
     success in the same transaction, dropped with any other ending."""

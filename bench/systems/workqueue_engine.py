@@ -28,6 +28,9 @@ from .workqueue_flow import (  # noqa: F401 (client_* actions are found by name)
     client_flow_claim,
     client_skip_queue_latency,
 )
+from .workqueue_observability import (  # noqa: F401 (client_* actions are found by name)
+    client_signals_cost,
+)
 from .workqueue_workflows import (  # noqa: F401 (client_* actions are found by name)
     client_release_cost,
     client_workflow_fanin,

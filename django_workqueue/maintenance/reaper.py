@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models.functions import Now
 
-from .. import wakeup
+from .. import signals, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, driver_for
 from ..models import Job, WorkerProcess
@@ -65,6 +65,7 @@ class Reaper(Service):
                 recorded = driver.record_many(owner, [lease_expired(row) for row in batch])
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
+            signals.reaped(self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended)
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
             # in this transaction, once every owner's jobs are written (the lock order: jobs,
             # then their dependents, then workflows).

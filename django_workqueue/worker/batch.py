@@ -21,6 +21,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import signals
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver, Outcome
 from ..exceptions import (
@@ -160,6 +161,9 @@ class Batches:
 def run_batch(batch: Batch, driver: Driver, loop: AsyncLoop | None) -> dict[int, Outcome]:
     """Call the batch task once with its members' items; return each member's outcome."""
     task = batch.task
+    if signals.job_started.receivers:
+        for job, item in batch.members:
+            signals.started(job.id, job.task_name, job.queue, job.attempt, item.context.owner)
     outcomes: dict[int, Outcome] = {}
     calls: list[tuple[ClaimedJob, JobContext, Any]] = []
     for job, item in batch.members:

@@ -1,4 +1,5 @@
-"""Running one job: a linear pipeline — resolve the task, call it, classify the outcome.
+"""Running one job: a linear pipeline — resolve the task, the attempt middlewares
+(``middleware.py``), call it, classify the outcome.
 
 The slot hands the outcome to the completer, which writes it in a batch. ``atomic=True`` tasks
 are the exception: the body and the fenced write of its success share one transaction, so the
@@ -14,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
 
-from .. import payload, retry
+from .. import middleware, payload, retry, signals
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver
@@ -62,6 +64,8 @@ def run(
     back already written (or None when the lease was lost and the body rolled back); the
     worker batches every other outcome into one write with those of other jobs.
     """
+    if signals.job_started.receivers:
+        signals.started(job.id, job.task_name, job.queue, job.attempt, context.owner)
     task = find_task(job.task_name)
     if task is None:  # retried: a worker running newer code may know it
         return _not_run(job, None, _not_registered(job.task_name)), True
@@ -82,12 +86,7 @@ def run(
                 _ = context.dependencies  # read now: the event loop must not query the database
         if task.spec.atomic:
             return _run_atomic(task, job, context, driver, args), False
-        if task.spec.is_async:
-            if loop is None:
-                raise RuntimeError("no event loop for async tasks")  # runner always passes one
-            value = loop.run(task.spec.func(*args, **job.kwargs), context, task.spec.timeout)
-        else:
-            value = task.spec.func(*args, **job.kwargs)
+        value = _attempt(task, job, context, args, loop)
         outcome = _success(job, value)
         outcome.spawn = context.spawn
     except _LostLease:
@@ -98,6 +97,44 @@ def run(
     except BaseException as exc:  # a task's failure must never end the slot
         outcome = _classified(task, job, context, exc)
     return outcome, True
+
+
+# The body of each attempt running through the middlewares, by its context's id: the chain is
+# built once, and a middleware may call on in another thread than the slot's.
+_bodies: dict[int, Callable[[], Any]] = {}
+
+
+def _call_body(context: JobContext) -> Any:
+    """The innermost call of the middleware chain: the attempt's body."""
+    return _bodies[id(context)]()
+
+
+def load_middlewares() -> None:
+    """Build the attempt middlewares now (at worker start): a setting that names something
+    that cannot be imported fails the start, not the first job."""
+    middleware.chain(_call_body)
+
+
+def _attempt(
+    task: Task, job: ClaimedJob, context: JobContext, args: list[Any], loop: AsyncLoop | None
+) -> Any:
+    """Call the task's body through the attempt middlewares (``WORKQUEUE["MIDDLEWARE"]``)."""
+    spec = task.spec
+    body: Callable[[], Any]
+    if spec.is_async:
+        if loop is None:
+            raise RuntimeError("no event loop for async tasks")  # runner always passes one
+        body = lambda: loop.run(spec.func(*args, **job.kwargs), context, spec.timeout)  # noqa: E731
+    else:
+        body = lambda: spec.func(*args, **job.kwargs)  # noqa: E731
+    chain = middleware.chain(_call_body)
+    if chain is None:
+        return body()
+    _bodies[id(context)] = body
+    try:
+        return chain(context)
+    finally:
+        del _bodies[id(context)]
 
 
 def _not_run(
@@ -156,7 +193,7 @@ def _run_atomic(
     task: Task, job: ClaimedJob, context: JobContext, driver: Driver, args: list[Any]
 ) -> Outcome:
     with transaction.atomic(using=driver.alias):
-        value = task.spec.func(*args, **job.kwargs)
+        value = _attempt(task, job, context, args, None)
         outcome = _success(job, value)
         outcome.progress = context.progress  # the last report commits with the result
         outcome.spawn = context.spawn
@@ -249,8 +286,9 @@ def _ended(
 
 def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
     return Outcome(
-        job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts, **fields
-    )
+        job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+        task_name=job.task_name, queue=job.queue, **fields,
+    )  # fmt: skip
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -326,7 +364,7 @@ def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
     )
     return Outcome(
         job_id=outcome.job_id, attempt=outcome.attempt, kind=OutcomeKind.DISCARD,
-        max_attempts=outcome.max_attempts,
+        max_attempts=outcome.max_attempts, task_name=outcome.task_name, queue=outcome.queue,
         error={"type": "django_workqueue.exceptions.WorkqueueError",
                "message": storable_text(str(problem)[:2000]), "traceback": None},
     )  # fmt: skip

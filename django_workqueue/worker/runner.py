@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from django.db import connections
 
-from .. import wakeup
+from .. import signals, wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
@@ -50,7 +50,7 @@ from .connections import (
     serving,
     tidy_connections,
 )
-from .execution import run
+from .execution import load_middlewares, run
 from .lease import LeaseKeeper, RunningJob
 from .registration import Registration
 from .slots import SlotPool, scale
@@ -135,6 +135,7 @@ class Worker:
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
+        load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
 
@@ -158,7 +159,9 @@ class Worker:
                     else:
                         self.wake.wait(self._sleep_for())
             finally:
+                signals.worker_event(signals.worker_stopping, self)
                 shutdown.drain_and_stop(self)
+                signals.worker_event(signals.worker_stopped, self)
         finally:
             serving.worker = outer
         return 0
@@ -197,6 +200,7 @@ class Worker:
             self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
         )  # fmt: skip
         self.started.set()
+        signals.worker_event(signals.worker_started, self)
 
     def _tick(self) -> int:
         """One pass: heartbeat, progress, outcomes, maintenance, claims. Returns # claimed.

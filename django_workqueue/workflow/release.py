@@ -26,7 +26,7 @@ from django.db.models import Case, ExpressionWrapper, F, IntegerField, Value, Wh
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import wakeup
+from .. import signals, wakeup
 from ..db import Driver, Ended, Outcome, Recorded, driver_for
 from ..exceptions import DependencyFailed
 from ..models import Dependency, Job, Workflow
@@ -45,6 +45,8 @@ def record(
     do to workflows: children and continuations added at run time, dependents released."""
     with transaction.atomic(using=driver.alias):
         recorded = driver.record_many(owner, outcomes, skip_locked=skip_locked)
+        # Registered first: the jobs' own signals come before those of what they released.
+        signals.outcomes_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)
     return recorded
 
@@ -74,6 +76,8 @@ def after_recorded(alias: str, outcomes: Sequence[Outcome], recorded: Recorded) 
 def settle(alias: str, ended: Iterable[Ended]) -> None:
     """Count jobs that just ended (outside a worker's write) on their dependents and
     workflows, in the caller's transaction."""
+    ended = list(ended)
+    signals.jobs_ended(alias, ended)
     effects = Effects(alias)
     effects.ended(ended)
     effects.apply()
@@ -187,7 +191,9 @@ class Effects:
             changed.append(job)
         Job.objects.using(self.alias).bulk_update(changed, ["errors", "status"])
         jobs.filter(id__in=[job.pk for job in changed]).update(finished_at=Now())
-        return [Ended(job.pk, cancelled, unmet[job.pk][0].workflow_id) for job in changed]
+        ended = [Ended(job.pk, cancelled, unmet[job.pk][0].workflow_id) for job in changed]
+        signals.jobs_ended(self.alias, ended)
+        return ended
 
     def _update_workflows(self) -> None:
         if not self.workflows:
@@ -257,9 +263,12 @@ def finish(alias: str, workflow: Workflow) -> None:
     results = dict(
         Job.objects.using(alias).filter(id__in=ids).values_list("id", "result") if ids else []
     )
-    Workflow.objects.using(alias).filter(pk=workflow.pk, open=0).update(
-        status=status, result=_shaped(workflow.output, results), finished_at=Now()
-    )
+    if (
+        Workflow.objects.using(alias)
+        .filter(pk=workflow.pk, open=0)
+        .update(status=status, result=_shaped(workflow.output, results), finished_at=Now())
+    ):
+        signals.workflow_ended(alias, workflow.pk, status)
 
 
 def _leaves(shape: Any) -> Iterable[int]:
