@@ -139,8 +139,8 @@ def on_filter(
                 messages.append(result.message)
         if advance:
             advance(len(ids))
-    if action.many is None:
-        messages.append(f"{action.name}: {changed} of {matched} job(s) changed")
+    if action.many is None or len(messages) > 1:  # one line, not one per batch
+        messages = [f"{action.name}: {changed} of {matched} job(s) changed"]
     return Report(
         action=action.name, dry_run=False, matched=matched, changed=changed, messages=messages
     )

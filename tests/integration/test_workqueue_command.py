@@ -227,3 +227,10 @@ def test_purge_older_than_replaces_the_retention_settings(scene):
     assert run("purge", "--older-than", "1d", "--dry-run")[1] == (
         "purge would delete 3 job(s) (2 succeeded, 1 failed, 0 cancelled) and 0 workflow(s)\n"
     )
+
+
+def test_a_mutation_over_several_batches_reports_one_line():
+    add.enqueue_many([((n, n), {}) for n in range(1_100)])
+
+    assert run("cancel", "--all") == (0, "cancel: 1100 of 1100 job(s) changed\n", "")
+    assert not Job.objects.exclude(status="cancelled").exists()
