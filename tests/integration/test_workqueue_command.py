@@ -122,11 +122,11 @@ def test_jobs_says_when_the_limit_cut_the_list(scene):
 
 
 def test_show_gives_everything_about_a_job(scene):
-    assert_golden("show_failed.txt", run("show", "3", "--traceback")[1])
+    assert_golden("show_failed.txt", run("show", "3", "--tracebacks")[1])
     data = json.loads(run("show", "3", "--json")[1])
     assert data["status"] == "failed" and data["attempt"] == 3
     assert [e["message"] for e in data["errors"]] == [f"boom on attempt {n}" for n in (1, 2, 3)]
-    assert "traceback" not in data["errors"][0]  # only with --traceback
+    assert "traceback" not in data["errors"][0]  # only with --tracebacks
 
 
 def test_show_of_a_missing_job_exits_2(scene):

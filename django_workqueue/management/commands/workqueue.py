@@ -63,7 +63,7 @@ class Command(BaseCommand):
         jobs.add_argument("--limit", type=positive_int, default=50, help="At most N (50).")
         show = sub("show", "Everything about one job.")
         show.add_argument("id", type=job_id)
-        show.add_argument("--traceback", action="store_true", help="Show errors' tracebacks.")
+        show.add_argument("--tracebacks", action="store_true", help="Show errors' tracebacks.")
         for name, help in _JOB_ACTIONS.items():
             child = sub(name, help, dry_run=True)
             child.add_argument("ids", nargs="*", type=job_id, metavar="ID")
@@ -104,7 +104,7 @@ class Command(BaseCommand):
             job = Job.objects.using(alias).filter(pk=options["id"]).first()
             if job is None:
                 raise CommandError(f"there is no job {options['id']}", returncode=ERROR)
-            detail = reports.job_detail(job, tracebacks=options["traceback"])
+            detail = reports.job_detail(job, tracebacks=options["tracebacks"])
             return self._show(detail, tables.job)
         if subcommand in ("pause", "resume"):
             try:
