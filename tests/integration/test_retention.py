@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
 
 from django_workqueue.maintenance import retention
 from django_workqueue.maintenance.retention import Policy, Purged, Retention, pending, purge
@@ -211,3 +212,19 @@ def test_only_the_worker_holding_the_lease_purges():
     # a stopped renewing: b takes over once the lease has expired
     assert b.run_once(now=NOW + dt.timedelta(seconds=181)) == 1
     assert remaining(late) == []
+
+
+@pytest.mark.postgres_only
+def test_the_batch_query_walks_the_status_finished_at_index():
+    """On PostgreSQL, where the planner's choice on a realistic table is what is checked."""
+    Job.objects.bulk_create(
+        Job(task_name="t", status=Status.SUCCEEDED, finished_at=days_ago(1 if n % 100 else 9))
+        for n in range(20_000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    candidates = retention._standalone("default", "succeeded", days_ago(7))
+
+    plan = candidates.order_by("finished_at").values_list("pk", flat=True)[:1000].explain()
+
+    assert "wq_job_status_finished" in plan, plan
