@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +48,10 @@ BATCH_SIZE = 1000
 #: How often the holder of the retention lease runs it (seconds); the lease lasts three runs.
 INTERVAL = 60.0
 LEASE_RUNS = 3
+#: A worker's run stops after this many batches, so that its control thread gets back to
+#: claims and lease renewals within a few seconds; a backlog goes on after ``BACKLOG_PAUSE``.
+BATCHES_PER_RUN = 10
+BACKLOG_PAUSE = 1.0
 
 FINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 STATUSES = tuple(status.value for status in FINAL)
@@ -98,6 +103,8 @@ class Purged:
     jobs: dict[str, int]
     """Jobs per final status."""
     workflows: int
+    more: bool = False
+    """The purge stopped at its ``max_batches``: more may be left."""
 
     @property
     def total(self) -> int:
@@ -110,10 +117,12 @@ def purge(
     policy: Policy | None = None,
     now: datetime | None = None,
     on_batch: Callable[[int], None] | None = None,
+    max_batches: int | None = None,
 ) -> Purged:
     """Delete every finished job (and workflow) past its retention, ``BATCH_SIZE`` jobs per
     transaction; return the counts. ``on_batch(jobs)`` is called after each committed batch
-    (a progress bar). ``now`` replaces the database's clock (tests).
+    (a progress bar); ``max_batches`` stops after that many (``Purged.more`` then says so).
+    ``now`` replaces the database's clock (tests).
 
     >>> purge(policy=Policy.from_days({"succeeded": 1}))
     """
@@ -121,28 +130,34 @@ def purge(
     policy = policy or Policy.from_settings()
     clock: Any = Now() if now is None else now
     jobs = {status.value: 0 for status in FINAL}
-    workflows = 0
+    workflows = batches = 0
+
+    def budget_left() -> bool:
+        return max_batches is None or batches < max_batches
+
     # Rounds until one deletes nothing: a prerequisite becomes deletable once its dependents
     # (of any status) are gone.
     deleted_in_round = True
-    while deleted_in_round:
+    while deleted_in_round and budget_left():
         deleted_in_round = False
         for status, age in policy.ages().items():
-            while deleted := _delete_standalone(db, status, clock - age):
+            while budget_left() and (deleted := _delete_standalone(db, status, clock - age)):
+                batches += 1
                 deleted_in_round = True
                 jobs[status] += deleted
                 if on_batch:
                     on_batch(deleted)
-    while True:
+    while budget_left():
         by_status, gone = _delete_workflow_batch(db, policy, clock)
         if not by_status and not gone:
             break
+        batches += 1
         for status, n in by_status.items():
             jobs[status] += n
         workflows += gone
         if on_batch:
             on_batch(sum(by_status.values()))
-    result = Purged(jobs=jobs, workflows=workflows)
+    result = Purged(jobs=jobs, workflows=workflows, more=not budget_left())
     if result.total or workflows:
         logger.info(
             "retention deleted %d finished job(s) (%s) and %d workflow(s)",
@@ -281,7 +296,10 @@ class Retention(Service):
             return 0  # everything is kept forever: nothing to lead
         if self.leadership is not None and not self.leadership.hold(now):
             return 0
-        return purge(alias=self.alias, now=now).total
+        result = purge(alias=self.alias, now=now, max_batches=BATCHES_PER_RUN)
+        if result.more:  # a backlog: go on soon, between the worker's other duties
+            self.next_run = time.monotonic() + BACKLOG_PAUSE
+        return result.total
 
 
 def run_once(now: datetime | None = None, alias: str | None = None) -> int:

@@ -5,6 +5,7 @@ prerequisites only after their dependents. The clock is the ``now`` each call is
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 from django.db import connection
@@ -228,3 +229,28 @@ def test_the_batch_query_walks_the_status_finished_at_index():
     plan = candidates.order_by("finished_at").values_list("pk", flat=True)[:1000].explain()
 
     assert "wq_job_status_finished" in plan, plan
+
+
+def test_a_workers_run_stops_after_its_batches_and_comes_back_soon_for_the_rest(monkeypatch):
+    monkeypatch.setattr(retention, "BATCH_SIZE", 10)
+    Job.objects.bulk_create(
+        Job(task_name="t", status=Status.SUCCEEDED, finished_at=days_ago(8)) for _ in range(150)
+    )
+    service = Retention("default", interval=60)
+    service.next_run = float("inf")
+
+    assert service.run_once(now=NOW) == 10 * retention.BATCHES_PER_RUN
+    assert service.next_run <= time.monotonic() + retention.BACKLOG_PAUSE  # the backlog goes on
+    assert service.run_once(now=NOW) == 50
+    assert not Job.objects.exists()
+
+
+def test_purge_reports_when_it_stopped_at_its_batch_limit():
+    Job.objects.bulk_create(
+        Job(task_name="t", status=Status.SUCCEEDED, finished_at=days_ago(8)) for _ in range(1_001)
+    )
+
+    first = purge(now=NOW, max_batches=1)
+
+    assert (first.total, first.more) == (1000, True)
+    assert (purge(now=NOW, max_batches=1).total, Job.objects.exists()) == (1, False)
