@@ -13,7 +13,7 @@ from typing import Any
 from .. import operations
 from ..maintenance import retention
 from ..models import Job, Queue
-from ..operations.jobs import batches
+from ..operations.jobs import BATCH_SIZE, batches
 from ..states import ACTIVE, Status
 from .selection import Filters
 
@@ -144,9 +144,6 @@ def on_filter(
     return Report(
         action=action.name, dry_run=False, matched=matched, changed=changed, messages=messages
     )
-
-
-BATCH_SIZE = 1000
 
 
 def _one_or_gone(action: Action, pk: int, alias: str) -> operations.OperationResult:
