@@ -94,6 +94,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     errors.extend(_backpressure_messages(conf.BACKPRESSURE))
     errors.extend(_middleware_messages(conf.MIDDLEWARE))
     errors += _claim_ttl_messages()
+    errors += _retention_messages(conf.RETENTION)
     if not settings.USE_TZ:
         errors.append(
             checks.Error(
@@ -174,6 +175,37 @@ def _claim_ttl_messages() -> list[checks.CheckMessage]:
     except InvalidOption as exc:
         return [checks.Error(str(exc), id="django_workqueue.E002")]
     return []
+
+
+def _retention_messages(value: object) -> list[checks.CheckMessage]:
+    """WORKQUEUE["RETENTION"]: days (a number >= 0, or None for forever) per final status."""
+    statuses = ("succeeded", "failed", "cancelled")
+    hint = (
+        'Give days per final status, None to keep forever, e.g. WORKQUEUE["RETENTION"] = '
+        '{"succeeded": 7, "failed": 30, "cancelled": 7} (docs/guides/observability.md#retention).'
+    )
+    if not isinstance(value, dict):
+        return [
+            checks.Error(
+                f"WORKQUEUE['RETENTION'] must be a dict of days per status, got {value!r}.",
+                hint=hint, id="django_workqueue.E015",
+            )
+        ]  # fmt: skip
+    problems = [
+        f"WORKQUEUE['RETENTION'] has an unknown status {key!r}; the statuses are "
+        f"{', '.join(statuses)}."
+        for key in sorted(map(str, set(value) - set(statuses)))
+    ]
+    for status in statuses:
+        days = value.get(status, 0)
+        if days is not None and (
+            isinstance(days, bool) or not isinstance(days, int | float) or days < 0
+        ):
+            problems.append(
+                f"WORKQUEUE['RETENTION'][{status!r}] must be a number of days >= 0 or None "
+                f"(keep forever), got {days!r}."
+            )
+    return [checks.Error(problem, hint=hint, id="django_workqueue.E015") for problem in problems]
 
 
 @checks.register()

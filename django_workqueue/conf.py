@@ -68,6 +68,10 @@ DEFAULTS: dict[str, Any] = {
     # How long an idempotency claim (context.claim) is kept, in seconds: within it the key is
     # taken; after it the key can be claimed again and the reaper deletes the row.
     "CLAIM_TTL": 7 * 24 * 3600,
+    # Days finished jobs are kept, per final status (None: forever); one worker of the fleet
+    # deletes older ones (and finished workflows with them) in batches. A dict given here is
+    # merged over this one. See docs/guides/observability.md#retention.
+    "RETENTION": {"succeeded": 7, "failed": 30, "cancelled": 7},
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
     # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping

@@ -37,6 +37,7 @@ from ..db import ClaimedJob, Outcome, driver_for
 from ..flow.backpressure import Backpressure
 from ..maintenance.promoter import Promoter
 from ..maintenance.reaper import Reaper
+from ..maintenance.retention import Retention
 from ..maintenance.scheduler import Scheduler
 from ..registry import find_task
 from . import shutdown
@@ -131,6 +132,8 @@ class Worker:
         self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL), spare_owner=self.id)
         # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
         self.scheduler = Scheduler(self.alias, float(conf.SCHEDULER_INTERVAL), sync=True)
+        # Deletes finished jobs past WORKQUEUE["RETENTION"] while this worker holds its lease.
+        self.retention = Retention(self.alias, owner=self.id)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
@@ -283,11 +286,12 @@ class Worker:
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
-        ready, expired leases are reaped, due cron ticks fire."""
+        ready, expired leases are reaped, due cron ticks fire, old finished jobs are deleted."""
         at = time.monotonic()
         for service in (self.promoter, self.reaper, self.scheduler):
             if service.run_if_due(at):
                 self.wake.set()  # jobs may be ready: claim them on the next pass
+        self.retention.run_if_due(at)  # one worker of the fleet, by its lease
 
     def _on_progress(self, context: JobContext) -> None:
         self.completer.report(context)

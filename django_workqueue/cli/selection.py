@@ -1,0 +1,114 @@
+"""Which jobs a subcommand acts on: ids, or filters (``--queue``, ``--task``, ``--status``,
+``--error``, ``--older-than``), as one queryset.
+
+The argument validators are plain functions that raise ``argparse.ArgumentTypeError`` with a
+message naming the fix, as Django's commands do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import QuerySet
+from django.db.models.functions import Coalesce, Now
+
+from ..models import Job
+from ..states import Status
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+
+
+def duration(value: str) -> timedelta:
+    """``30s``, ``15m``, ``6h``, ``7d`` or ``2w``."""
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a duration; write a number and a unit (s, m, h, d or w), "
+            f"e.g. 30m or 7d"
+        )
+    number, unit = match.groups()
+    return timedelta(seconds=float(number) * _UNITS[unit])
+
+
+def status(value: str) -> str:
+    if value not in Status.values:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a job status; use one of {', '.join(Status.values)}"
+        )
+    return value
+
+
+def job_id(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a positive whole number)")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Filters:
+    """The filters of a subcommand; empty ones match every job."""
+
+    queues: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    error: str | None = None
+    """A piece of any recorded error of the job (type, message or traceback), any case."""
+    older_than: timedelta | None = None
+    """Finished jobs by ``finished_at``, the others by ``enqueued_at``."""
+
+    @property
+    def given(self) -> bool:
+        return bool(self.queues or self.tasks or self.statuses or self.error or self.older_than)
+
+    def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        if self.queues:
+            jobs = jobs.filter(queue__in=self.queues)
+        if self.tasks:
+            jobs = jobs.filter(task_name__in=self.tasks)
+        if self.statuses:
+            jobs = jobs.filter(status__in=self.statuses)
+        if self.error:
+            jobs = jobs.filter(errors__icontains=self.error)
+        if self.older_than is not None:
+            jobs = jobs.alias(last_change=Coalesce("finished_at", "enqueued_at")).filter(
+                last_change__lt=Now() - self.older_than
+            )
+        return jobs
+
+
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filter options, shared by the subcommands that select jobs."""
+    parser.add_argument(
+        "--queue", action="append", default=[], metavar="NAME", help="Jobs of this queue (repeat)."
+    )
+    parser.add_argument(
+        "--task", action="append", default=[], metavar="NAME",
+        help="Jobs of this task, by its registered name (repeat).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--status", action="append", default=[], type=status, metavar="STATUS",
+        help=f"Jobs in this status (repeat): {', '.join(Status.values)}.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--error", metavar="TEXT",
+        help="Jobs with an error containing TEXT (type, message or traceback; any case).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--older-than", type=duration, metavar="AGE",
+        help="Jobs finished (or, if not finished, enqueued) more than AGE ago: 30m, 6h, 7d.",
+    )  # fmt: skip
+
+
+def filters_from(options: dict[str, Any]) -> Filters:
+    return Filters(
+        queues=tuple(options.get("queue") or ()),
+        tasks=tuple(options.get("task") or ()),
+        statuses=tuple(options.get("status") or ()),
+        error=options.get("error") or None,
+        older_than=options.get("older_than"),
+    )

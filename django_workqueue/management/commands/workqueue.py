@@ -1,0 +1,175 @@
+"""``manage.py workqueue``: the operator's command. It parses and validates the arguments, then
+calls library code: ``django_workqueue.cli`` reads and renders, ``django_workqueue.operations``
+changes jobs and queues. See docs/reference/cli.md.
+
+Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change; 2 an error
+(bad arguments, an unknown job id or queue).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...cli import actions, reports, tables
+from ...cli.selection import add_filter_arguments, duration, filters_from, job_id, status
+from ...conf import workqueue_settings as conf
+from ...exceptions import UnknownQueue
+from ...models import Job
+from ...registry import MAX_ATTEMPTS
+
+NOTHING_CHANGED = 1
+ERROR = 2
+
+_JOB_ACTIONS = {
+    "cancel": "Cancel jobs: waiting ones end cancelled, running ones are asked to stop.",
+    "retry": "Run failed or scheduled jobs again now (a failed one gets a fresh attempt budget).",
+    "redrive": "Move failed jobs (the dead-letter queue) back to ready.",
+    "hold": "Keep waiting jobs (blocked, scheduled, ready) from running until released.",
+    "release": "Let held jobs run again.",
+}
+
+
+def positive_int(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= MAX_ATTEMPTS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS}"
+        )
+    return int(value)
+
+
+class Command(BaseCommand):
+    help = "Inspect and operate the job queue: status, jobs, show, cancel, retry, redrive, " \
+        "hold, release, pause, resume, purge, workers."  # fmt: skip
+    requires_system_checks: list[str] = []  # an operator's tool must work on a broken config
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+
+        def sub(name: str, help: str, *, dry_run: bool = False) -> argparse.ArgumentParser:
+            child = commands.add_parser(name, help=help, description=help)
+            child.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+            if dry_run:
+                child.add_argument(
+                    "--dry-run", action="store_true", help="Show what would change; change nothing."
+                )
+            return child
+
+        sub("status", "Jobs by queue and status, paused queues, live workers.")
+        jobs = sub("jobs", "List jobs, newest first.")
+        add_filter_arguments(jobs)
+        jobs.add_argument("--limit", type=positive_int, default=50, help="At most N (50).")
+        show = sub("show", "Everything about one job.")
+        show.add_argument("id", type=job_id)
+        show.add_argument("--tracebacks", action="store_true", help="Show errors' tracebacks.")
+        for name, help in _JOB_ACTIONS.items():
+            child = sub(name, help, dry_run=True)
+            child.add_argument("ids", nargs="*", type=job_id, metavar="ID")
+            add_filter_arguments(child)
+            child.add_argument(
+                "--all", action="store_true", help="Every job it applies to (no ID, no filter)."
+            )
+            if name == "redrive":
+                child.add_argument(
+                    "--attempts", type=positive_int, help="Fresh attempts (default: the task's)."
+                )
+        for name, help in (("pause", "Stop claims from queues."), ("resume", "Resume queues.")):
+            sub(name, help, dry_run=True).add_argument("queues", nargs="+", metavar="QUEUE")
+        purge = sub("purge", "Delete finished jobs past WORKQUEUE['RETENTION'] now.", dry_run=True)
+        purge.add_argument(
+            "--older-than", type=duration, metavar="AGE",
+            help="Instead of the retention settings: finished more than AGE ago (7d, 12h).",
+        )  # fmt: skip
+        purge.add_argument(
+            "--status", action="append", default=[], type=status, metavar="STATUS",
+            help="Only jobs that ended so (succeeded, failed, cancelled; repeat).",
+        )  # fmt: skip
+        sub("workers", "The live workers.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        alias = conf.DATABASE
+        subcommand = options["subcommand"]
+        self.json = options["json"]
+        if subcommand == "status":
+            return self._show(reports.status(alias), tables.status)
+        if subcommand == "workers":
+            return self._show(reports.workers(alias), tables.workers)
+        if subcommand == "jobs":
+            selection = filters_from(options).apply(Job.objects.using(alias))
+            rows = reports.job_rows(selection, options["limit"])
+            return self._show(rows, lambda data: tables.jobs(data, options["limit"]))
+        if subcommand == "show":
+            job = Job.objects.using(alias).filter(pk=options["id"]).first()
+            if job is None:
+                raise CommandError(f"there is no job {options['id']}", returncode=ERROR)
+            detail = reports.job_detail(job, tracebacks=options["tracebacks"])
+            return self._show(detail, tables.job)
+        if subcommand in ("pause", "resume"):
+            try:
+                report = actions.on_queues(
+                    subcommand, options["queues"], alias, dry_run=options["dry_run"]
+                )
+            except UnknownQueue as exc:
+                raise CommandError(str(exc), returncode=ERROR) from exc
+            return self._report(report)
+        if subcommand == "purge":
+            return self._purge(alias, options)
+        return self._job_action(alias, subcommand, options)
+
+    def _job_action(self, alias: str, name: str, options: dict[str, Any]) -> None:
+        action = actions.actions(attempts=options.get("attempts"))[name]
+        filters = filters_from(options)
+        ids, dry_run = options["ids"], options["dry_run"]
+        if ids and (filters.given or options["all"]):
+            raise CommandError(f"{name}: give job ids or filters, not both", returncode=ERROR)
+        if not ids and not filters.given and not options["all"]:
+            raise CommandError(
+                f"{name}: name the jobs: ids (workqueue {name} 12 13), filters (--queue, --task, "
+                f"--status, --error, --older-than) or --all",
+                returncode=ERROR,
+            )
+        if ids:
+            report = actions.on_ids(action, ids, alias, dry_run=dry_run)
+        else:
+            total = None if dry_run else actions.on_filter_total(action, filters, alias)
+            with tables.progress_bar(self.stderr, name, total) as advance:
+                report = actions.on_filter(action, filters, alias, dry_run=dry_run, advance=advance)
+        self._report(report)
+
+    def _purge(self, alias: str, options: dict[str, Any]) -> None:
+        policy = actions.purge_policy(options["status"], options["older_than"])
+        dry_run = options["dry_run"]
+        total = None if dry_run else actions.purge_total(policy, alias)
+        with tables.progress_bar(self.stderr, "purge", total) as advance:
+            result = actions.purge(policy, alias, dry_run=dry_run, advance=advance)
+        if self.json:
+            tables.dump(self.stdout, result)
+        else:
+            verb = "would delete" if dry_run else "deleted"
+            per_status = ", ".join(f"{n} {s}" for s, n in result["jobs"].items())
+            self.stdout.write(
+                f"purge {verb} {result['total']} job(s) ({per_status}) and "
+                f"{result['workflows']} workflow(s)"
+            )
+        if not result["total"] and not result["workflows"]:
+            raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _show(self, data: Any, render: Any) -> None:
+        if self.json:
+            tables.dump(self.stdout, data)
+            return
+        tables.show(self.stdout, render(data))
+
+    def _report(self, report: actions.Report) -> None:
+        if self.json:
+            tables.dump(self.stdout, report.as_json())
+        else:
+            for message in report.messages:
+                self.stdout.write(message)
+        if report.missing:
+            missing = ", ".join(map(str, report.missing))
+            raise CommandError(f"{report.action}: not found: {missing}", returncode=ERROR)
+        if not (report.matched if report.dry_run else report.changed):
+            raise CommandError(f"{report.action}: nothing to change", returncode=NOTHING_CHANGED)
