@@ -403,7 +403,6 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "progress_message": "", "progress_details": None, "result": None, "started_at": None,
     "finished_at": None, "workflow_id": None, "waiting_on": 0, "prerequisites_succeeded": 0,
     "run_condition": "all_succeeded", "input_shape": None, "unique_window": None,
-    "progress_details": None,
 }  # fmt: skip
 
 
