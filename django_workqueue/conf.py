@@ -68,6 +68,10 @@ DEFAULTS: dict[str, Any] = {
     # How long an idempotency claim (context.claim) is kept, in seconds: within it the key is
     # taken; after it the key can be claimed again and the reaper deletes the row.
     "CLAIM_TTL": 7 * 24 * 3600,
+    # At most one progress write per running job per this many seconds (context.set_progress):
+    # a tight loop of reports costs one write per interval; the last report is always written,
+    # at the latest with the job's outcome.
+    "PROGRESS_INTERVAL": 1.0,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
 }

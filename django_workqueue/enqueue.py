@@ -399,7 +399,7 @@ _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 _JOB_DEFAULTS: dict[str, Any] = {
     "attempt": 0, "lease_owner": None, "lease_expires_at": None,
     "cancel_requested_at": None, "progress_current": None, "progress_total": None,
-    "progress_message": "", "result": None, "started_at": None,
+    "progress_message": "", "progress_details": None, "result": None, "started_at": None,
     "finished_at": None, "workflow_id": None, "waiting_on": 0, "prerequisites_succeeded": 0,
     "run_condition": "all_succeeded", "input_shape": None, "unique_window": None,
 }  # fmt: skip

@@ -47,7 +47,7 @@ class Outcome:
     result_json: str | None = None
     error: dict[str, Any] | None = None
     delay: float = 0.0
-    progress: tuple[int, int | None, str] | None = None
+    progress: tuple[int, int | None, str, dict[str, Any] | None] | None = None
     spawn: Any = dataclasses.field(default=None, repr=False, compare=False)
     """Steps the job added at run time (``context.add`` / ``continue_with``), written with a
     success in the same transaction, dropped with any other ending."""
@@ -120,7 +120,9 @@ class Outcome:
             row["extra_attempts"] = 1
         if self.progress is not None:
             row["has_progress"] = True
-            row["pcurrent"], row["ptotal"], row["pmessage"] = self.progress
+            row["pcurrent"], row["ptotal"], row["pmessage"], details = self.progress
+            if details is not None:  # absent, not JSON null: the column stays SQL NULL
+                row["pdetails"] = details
         return row
 
     def encoded(self) -> str:

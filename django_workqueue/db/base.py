@@ -271,12 +271,16 @@ class Progress:
     current: int
     total: int | None
     message: str
+    details: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
-        return {
+        row: dict[str, Any] = {
             "id": self.job_id, "attempt": self.attempt, "pcurrent": self.current,
             "ptotal": self.total, "pmessage": self.message,
         }  # fmt: skip
+        if self.details is not None:  # absent, not JSON null: the column stays SQL NULL
+            row["pdetails"] = self.details
+        return row
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

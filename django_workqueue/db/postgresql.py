@@ -58,6 +58,7 @@ _PROGRESS_FROM_V = (
     "progress_current = CASE WHEN v.has_progress THEN v.pcurrent ELSE j.progress_current END, "
     "progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE j.progress_total END, "
     "progress_message = CASE WHEN v.has_progress THEN v.pmessage ELSE j.progress_message END,"
+    "progress_details = CASE WHEN v.has_progress THEN v.pdetails ELSE j.progress_details END,"
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
@@ -439,7 +440,7 @@ class PostgresDriver(Driver):
             f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
             f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
             f"  delay double precision, extra_attempts integer, has_progress boolean, "
-            f"  pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb)), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
@@ -469,11 +470,12 @@ class PostgresDriver(Driver):
             return Recorded(written=set(), busy=set())
         sql = (
             f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
-            f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text, "
+            f"  pdetails jsonb)), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"progress_current = v.pcurrent, progress_total = v.ptotal, "
-            f"progress_message = v.pmessage "
+            f"progress_message = v.pmessage, progress_details = v.pdetails "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
             f"AND j.status = 'running' RETURNING j.id, j.attempt) "

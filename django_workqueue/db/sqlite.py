@@ -384,6 +384,8 @@ class SQLiteDriver(Driver):
             f"progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE {t}.progress_total END, "
             f"progress_message = CASE WHEN v.has_progress THEN v.pmessage "
             f"  ELSE {t}.progress_message END, "
+            f"progress_details = CASE WHEN v.has_progress THEN v.pdetails "
+            f"  ELSE {t}.progress_details END, "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
@@ -400,7 +402,7 @@ class SQLiteDriver(Driver):
         sql = (
             f"WITH v AS (SELECT {_columns(_PROGRESS_FIELDS)} FROM json_each(:batch)) "
             f"UPDATE {t} SET progress_current = v.pcurrent, progress_total = v.ptotal, "
-            f"progress_message = v.pmessage "
+            f"progress_message = v.pmessage, progress_details = v.pdetails "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
             f"RETURNING {t}.id, {t}.attempt"
@@ -514,9 +516,9 @@ class SQLiteDriver(Driver):
 _OUTCOME_FIELDS = (
     "id", "attempt", "status", "cancel_status", "finished", "result", "has_error", "etype",
     "emessage", "etraceback", "delay", "extra_attempts", "has_progress", "pcurrent", "ptotal",
-    "pmessage",
+    "pmessage", "pdetails",
 )  # fmt: skip
-_PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
+_PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage", "pdetails")
 
 
 def _columns(fields: Iterable[str]) -> str:

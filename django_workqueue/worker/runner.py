@@ -286,8 +286,8 @@ class Worker:
                 self.wake.set()  # jobs may be ready: claim them on the next pass
 
     def _on_progress(self, context: JobContext) -> None:
-        self.completer.report(context)
-        self.wake.set()
+        if self.completer.report(context):  # otherwise it waits for its turn (progress_due_at)
+            self.wake.set()
 
     def _write_progress(self) -> None:
         self.completer.write_progress()
@@ -387,6 +387,7 @@ class Worker:
             self.scheduler.next_run,
             self.batches.wake_at(),
             self.backpressure.paused_until(time.monotonic()),  # claims may start again then
+            self.completer.progress_due_at(),  # a throttled progress report's turn
         )
         retry_at = self.claimer.retry_at
         if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
