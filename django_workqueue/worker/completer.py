@@ -155,7 +155,7 @@ class Completer:
             outcomes.append(self._outcomes.popleft())
         if not outcomes:
             return [], set()
-        self._attach_progress(outcomes)
+        self.attach_progress(outcomes)
         try:
             recorded = release.record(self.driver, self.owner, outcomes, skip_locked=True)
         except Exception as exc:
@@ -173,7 +173,7 @@ class Completer:
         self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
         return done, recorded.written
 
-    def _attach_progress(self, outcomes: list[Outcome]) -> None:
+    def attach_progress(self, outcomes: list[Outcome]) -> None:
         """Each job's last progress report goes out with its outcome, in the same write."""
         with self._lock:
             for outcome in outcomes:
