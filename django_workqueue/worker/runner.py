@@ -275,7 +275,7 @@ class Worker:
         if not self.leases.due(now):
             return
         self.leases.renew(running)
-        self._requested = self.registration.beat()
+        self._requested = self.registration.beat(running=len(running))
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
