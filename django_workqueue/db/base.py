@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from ..models import IdempotencyClaim, Job, Queue
+from ..models import IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
 from ..states import Status, transition
 
@@ -235,6 +235,29 @@ class Ended:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Timing:
+    """A written outcome's attempt as the stats count it: where it ran, the status written,
+    and its durations by the database's clock (seconds)."""
+
+    id: int
+    attempt: int
+    queue: str
+    task_name: str
+    status: str
+    run_seconds: float | None
+    """From the attempt's start to this write."""
+    wait_seconds: float | None
+    """From the job's ``run_after`` to the attempt's start; negative when this write moved
+    ``run_after`` on (a retry or snooze: the wait is then unknown)."""
+
+
+def counter_batch(counters: Iterable[tuple[str, str, str, int, int, int]]) -> str:
+    """``Driver.count_stats``'s rows as one JSON array parameter."""
+    keys = ("queue", "task_name", "name", "bucket", "shard", "count")
+    return json.dumps([dict(zip(keys, row, strict=True)) for row in counters])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CountedDown:
     """A blocked dependent after its prerequisites' endings were counted (``Driver.count_down``)."""
 
@@ -260,6 +283,8 @@ class Recorded:
     ended: list[Ended] = dataclasses.field(default_factory=list)
     """The written outcomes that finished their job, as the row says (a requested
     cancellation may have turned a failure into ``cancelled``)."""
+    timings: list[Timing] = dataclasses.field(default_factory=list)
+    """Every written outcome's attempt, for the stats (``record_many`` only)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -453,6 +478,17 @@ class Driver(abc.ABC):
         With ``skip_locked``, rows another session holds locked are left alone and reported
         ``busy``; without it the statement waits for them.
         """
+
+    @property
+    def stats_table(self) -> str:
+        return StatsCounter._meta.db_table
+
+    @abc.abstractmethod
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        """Add ``(queue, task name, name, bucket, shard, count)`` to the ``StatsCounter`` rows
+        of the database clock's current minute, in one statement (an upsert: rows are
+        created or added to). Rows are written in key order, so that two writers never wait
+        for each other in a cycle."""
 
     def record(self, owner: str, outcome: Outcome) -> bool:
         """Write one outcome, waiting for its row if another session holds it locked (an

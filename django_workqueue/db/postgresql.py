@@ -36,6 +36,8 @@ from .base import (
     NewJob,
     Progress,
     Recorded,
+    Timing,
+    counter_batch,
     inserted_positions,
 )
 
@@ -456,10 +458,14 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id) "
+            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id, "
+            f"j.queue, j.task_name, "
+            f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
+            f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
             # Per outcome, not per id: a batch may hold two attempts of one job.
             f"SELECT v.id, v.attempt, w.id IS NOT NULL, {self._settled}, w.status, "
-            f"w.workflow_id FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
+            f"w.workflow_id, w.queue, w.task_name, w.run_seconds, w.wait_seconds "
+            f"FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -517,7 +523,28 @@ class PostgresDriver(Driver):
                 for row in result
                 if len(row) > 4 and row[4] in _TERMINAL
             ],
+            timings=[
+                Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9])
+                for row in result
+                if len(row) > 4 and row[2]
+            ],
         )
+
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        if not counters:
+            return
+        table = self.stats_table
+        sql = (
+            f"INSERT INTO {table} AS c (minute, queue, task_name, name, bucket, shard, count) "
+            f"SELECT date_trunc('minute', {CLOCK}), r.queue, r.task_name, r.name, r.bucket, "
+            f"r.shard, r.count FROM jsonb_to_recordset(%(batch)s::jsonb) AS r(queue text, "
+            f"task_name text, name text, bucket smallint, shard smallint, count bigint) "
+            f"ORDER BY r.queue, r.task_name, r.name, r.bucket, r.shard "
+            f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
+            f"DO UPDATE SET count = c.count + EXCLUDED.count"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": counter_batch(counters)})
 
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
         if not counts:

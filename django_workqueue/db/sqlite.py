@@ -29,6 +29,8 @@ from .base import (
     NewJob,
     Progress,
     Recorded,
+    Timing,
+    counter_batch,
     inserted_positions,
 )
 
@@ -389,7 +391,9 @@ class SQLiteDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
-            f"RETURNING {t}.id, {t}.attempt, {t}.status, {t}.workflow_id"
+            f"RETURNING {t}.id, {t}.attempt, {t}.status, {t}.workflow_id, {t}.queue, "
+            f"{t}.task_name, (julianday('now') - julianday({t}.started_at)) * 86400.0, "
+            f"(julianday({t}.started_at) - julianday({t}.run_after)) * 86400.0"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -423,7 +427,28 @@ class SQLiteDriver(Driver):
                 for row in result
                 if len(row) > 2 and row[2] in _TERMINAL
             ],
+            timings=[
+                Timing(row[0], row[1], row[4], row[5], row[2], row[6], row[7])
+                for row in result
+                if len(row) > 2
+            ],
         )
+
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        if not counters:
+            return
+        table = self.stats_table
+        fields = ("queue", "task_name", "name", "bucket", "shard", "count")
+        # "WHERE true": SQLite's parser would take ON CONFLICT for a join's ON otherwise.
+        sql = (
+            f"INSERT INTO {table} (minute, queue, task_name, name, bucket, shard, count) "
+            f"SELECT strftime('%%Y-%%m-%%d %%H:%%M:00', 'now'), {_columns(fields)} "
+            f"FROM json_each(:batch) WHERE true "
+            f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
+            f"DO UPDATE SET count = count + excluded.count"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": counter_batch(counters)})
 
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
         if not counts:

@@ -23,6 +23,7 @@ from ..db import Driver, Ended, Expired, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
+from ..stats import counters as stats_counters
 from ..workflow import release
 from . import Service
 
@@ -62,7 +63,9 @@ class Reaper(Service):
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
             for owner, rows in by_owner:
                 batch = list(rows)
-                recorded = driver.record_many(owner, [lease_expired(row) for row in batch])
+                outcomes = [lease_expired(row) for row in batch]
+                recorded = driver.record_many(owner, outcomes)
+                stats_counters.count(driver, owner, outcomes, recorded)
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
@@ -83,6 +86,7 @@ class Reaper(Service):
         return len(reaped)
 
     def _forget_gone_workers(self, now: datetime | None) -> None:
+        stats_counters.forget_old(self.alias, now)  # the stats' counters older than an hour
         cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
         WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django_workqueue import task
+from django_workqueue import Discard, task
 
 gate = threading.Event()
 """``waits_for_gate`` runs until the test sets this."""
@@ -31,3 +31,8 @@ def waits_for_gate(context: Any) -> str:
 @task(max_attempts=2)
 def fails(context: Any) -> None:
     raise ValueError("always")
+
+
+@task(max_attempts=3)
+def discards(context: Any) -> None:
+    raise Discard("not worth retrying")
