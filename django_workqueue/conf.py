@@ -72,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
     # a tight loop of reports costs one write per interval; the last report is always written,
     # at the latest with the job's outcome.
     "PROGRESS_INTERVAL": 1.0,
+    # A secret a Prometheus scraper sends as "Authorization: Bearer <token>" to read
+    # django_workqueue.views.metrics; None: only users with django_workqueue.view_job may.
+    "METRICS_TOKEN": None,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
 }

@@ -9,11 +9,13 @@ the hot path a statement a batch.
 from __future__ import annotations
 
 import collections
+import logging
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models.functions import Now
 
 from ..db import Driver, Outcome, OutcomeKind, Recorded
@@ -31,6 +33,18 @@ _FORGET_EVERY = 60.0  # seconds between two deletions of old rows by one process
 ENDINGS = ("succeeded", "failed", "cancelled", "retried")
 _RETRIED_KINDS = frozenset({OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED})
 _last_forget: dict[str, float] = {}
+_listeners: list[Callable[[Sequence[Outcome], Recorded], None]] = []
+logger = logging.getLogger("django_workqueue.stats")
+
+
+def add_listener(listener: Callable[[Sequence[Outcome], Recorded], None]) -> None:
+    """Call ``listener(outcomes, recorded)`` in this process once each recorded batch commits
+    (a worker's own Prometheus metrics)."""
+    _listeners.append(listener)
+
+
+def remove_listener(listener: Callable[[Sequence[Outcome], Recorded], None]) -> None:
+    _listeners.remove(listener)
 
 
 def ending(kind: OutcomeKind | None, status: str) -> str | None:
@@ -66,6 +80,16 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
             (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()
         )
     )
+    if _listeners:
+        transaction.on_commit(lambda: _tell(outcomes, recorded), using=driver.alias)
+
+
+def _tell(outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(outcomes, recorded)
+        except Exception:
+            logger.exception("stats listener %r failed", listener)
 
 
 def forget_old(alias: str, now: datetime | None = None) -> int:
