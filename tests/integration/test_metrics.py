@@ -57,8 +57,8 @@ def test_a_user_with_view_job_reads_the_metrics(client: Any) -> None:
 def test_a_scraper_with_the_bearer_token_reads_them_and_a_wrong_token_is_refused(
     client: Any,
 ) -> None:
-    with workqueue_settings(METRICS_TOKEN="s3cret"):
-        assert client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+    with workqueue_settings(METRICS_TOKEN="s3cret-s3cret-s3cret"):
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret-s3cret-s3cret").status_code == 200
         assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     # No token configured: a bearer header opens nothing.
     assert client.get(URL, HTTP_AUTHORIZATION="Bearer ").status_code == 401
@@ -74,8 +74,8 @@ def test_the_metrics_say_what_the_snapshot_says(client: Any, drain: Any) -> None
     WorkerProcess.objects.create(id="w1", host="h1", pid=1, queues=["default"], concurrency=4,
                                  running=3)  # fmt: skip
 
-    with workqueue_settings(METRICS_TOKEN="t"):
-        text = client.get(URL, HTTP_AUTHORIZATION="Bearer t").content.decode()
+    with workqueue_settings(METRICS_TOKEN="t" * 16):
+        text = client.get(URL, HTTP_AUTHORIZATION="Bearer " + "t" * 16).content.decode()
     snap = stats.snapshot()
 
     found = samples(text)
