@@ -18,12 +18,12 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q
 from django.db.models.functions import Now
 
 from ..models import IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
-from ..states import Status, transition
+from ..states import ACTIVE, Status, transition
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +249,24 @@ class Timing:
     wait_seconds: float | None
     """From the job's ``run_after`` to the attempt's start; negative when this write moved
     ``run_after`` on (a retry or snooze: the wait is then unknown)."""
+
+
+#: The unfinished statuses in the order of ``wq_job_active``'s condition (models.py).
+ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "running"]
+assert set(ACTIVE_STATUSES) == {str(status.value) for status in ACTIVE}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActiveCount:
+    """Unfinished jobs of one queue, task and status (``Driver.active_counts``)."""
+
+    queue: str
+    task_name: str
+    status: str
+    count: int
+    due: int
+    """Of them, ready and due."""
+    oldest_due: datetime | None
 
 
 def counter_batch(counters: Iterable[tuple[str, str, str, int, int, int]]) -> str:
@@ -478,6 +496,24 @@ class Driver(abc.ABC):
         With ``skip_locked``, rows another session holds locked are left alone and reported
         ``busy``; without it the statement waits for them.
         """
+
+    def active_counts(self, now: datetime) -> list[ActiveCount]:
+        """Unfinished jobs per (queue, task, status), with those ready and due at ``now`` and
+        the oldest due ``run_after``, for ``stats.snapshot()``: one GROUP BY that reads the
+        ``wq_job_active`` index alone (PostgreSQL: an index-only scan)."""
+        due = Q(status=Status.READY, run_after__lte=now)
+        rows = (
+            Job.objects.using(self.alias)
+            .filter(status__in=ACTIVE_STATUSES)
+            .order_by()
+            .values_list("queue", "task_name", "status")
+            .annotate(
+                n=Count("*"),
+                due=Count("run_after", filter=due),  # a column of the index, never NULL
+                oldest=Min("run_after", filter=due),
+            )
+        )
+        return [ActiveCount(*row) for row in rows]
 
     @property
     def stats_table(self) -> str:

@@ -19,6 +19,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    ACTIVE_STATUSES,
+    ActiveCount,
     BatchClaim,
     ClaimedJob,
     CountedDown,
@@ -433,6 +435,27 @@ class SQLiteDriver(Driver):
                 if len(row) > 2
             ],
         )
+
+    def active_counts(self, now: datetime) -> list[ActiveCount]:
+        # SQLite uses a partial index only for a condition written as the index's own (literal
+        # values, not parameters), and with its statistics it would rather scan the table than
+        # search the status index for five statuses: hence the literal list and INDEXED BY.
+        statuses = ", ".join(f"'{status}'" for status in ACTIVE_STATUSES)
+        due = "status = 'ready' AND run_after <= :now"
+        sql = (
+            f"SELECT queue, task_name, status, COUNT(*), SUM({due}), "
+            f"MIN(CASE WHEN {due} THEN run_after END) "
+            f"FROM {self.table} INDEXED BY wq_job_active WHERE status IN ({statuses}) "
+            f"GROUP BY queue, task_name, status"
+        )
+        stamp = self.connection.ops.adapt_datetimefield_value(now)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": stamp})
+            rows = cursor.fetchall()
+        return [
+            ActiveCount(queue, task, status, n, int(due_n or 0), _parse(oldest))
+            for queue, task, status, n, due_n, oldest in rows
+        ]
 
     def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
         if not counters:

@@ -1,7 +1,8 @@
 """Queue and task statistics as data: ``snapshot()``.
 
 What is waiting comes from the jobs table through the ``wq_job_active`` index alone, which holds
-unfinished rows only (an index-only scan, however many finished rows the table keeps). What
+unfinished rows only (``Driver.active_counts``: an index-only scan on PostgreSQL, a covering
+index on SQLite, however many finished rows the table keeps). What
 finished comes from the rolling counters (``StatsCounter``) that each completion batch adds to
 in its own transaction. Nothing here scans the jobs table.
 
@@ -18,12 +19,12 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Sum
 
 from ..conf import workqueue_settings as conf
 from ..db import driver_for
-from ..models import Job, StatsCounter
-from ..states import ACTIVE, Status
+from ..models import StatsCounter
+from ..states import ACTIVE
 from . import histogram
 from .counters import ENDINGS
 
@@ -119,27 +120,15 @@ _Active = dict[tuple[str, str], tuple[dict[str, int], int, datetime | None]]
 
 
 def _active(alias: str, now: datetime) -> _Active:
-    """(queue, task) -> (counts by status, ready-and-due count, oldest due ready run_after):
-    one GROUP BY over the ``wq_job_active`` index's entries."""
-    due = Q(status=Status.READY, run_after__lte=now)
-    rows = (
-        Job.objects.using(alias)
-        .filter(status__in=_ACTIVE)
-        .order_by()
-        .values_list("queue", "task_name", "status")
-        .annotate(
-            n=Count("*"),
-            due=Count("run_after", filter=due),  # a column of the index, never NULL
-            oldest=Min("run_after", filter=due),
-        )
-    )
+    """(queue, task) -> (counts by status, ready-and-due count, oldest due run_after)."""
     found: _Active = {}
-    for queue, task, status, n, due_n, oldest in rows:
-        counts, backlog, first = found.get((queue, task), ({}, 0, None))
-        counts[status] = n
+    for row in driver_for(alias).active_counts(now):
+        counts, backlog, first = found.get((row.queue, row.task_name), ({}, 0, None))
+        counts[row.status] = row.count
+        oldest = row.oldest_due
         if oldest is not None and (first is None or oldest < first):
             first = oldest
-        found[(queue, task)] = (counts, backlog + due_n, first)
+        found[(row.queue, row.task_name)] = (counts, backlog + row.due, first)
     return found
 
 
