@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from .. import wakeup
 from ..conf import workqueue_settings as conf
-from ..db import Driver, Ended, Expired, driver_for
+from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -32,6 +32,7 @@ logger = logging.getLogger("django_workqueue.reaper")
 # A WorkerProcess row not seen for this long belongs to a process that is gone.
 _WORKER_GONE_AFTER = timedelta(minutes=5)
 _BATCH = 1000
+_REAPER = "reaper"  # the stats counters' shard of what reapers count
 _CLAIM_BATCH = 1000
 
 
@@ -60,14 +61,22 @@ class Reaper(Service):
             expired = driver.expired_leases(_BATCH, now, spare_owner=self.spare_owner)
             reaped: list[Expired] = []
             ended: list[Ended] = []
+            outcomes: list[Outcome] = []
+            timings: list[Timing] = []
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
             for owner, rows in by_owner:
                 batch = list(rows)
-                outcomes = [lease_expired(row) for row in batch]
-                recorded = driver.record_many(owner, outcomes)
-                stats_counters.count(driver, owner, outcomes, recorded)
+                written = [lease_expired(row) for row in batch]
+                recorded = driver.record_many(owner, written)
+                outcomes += written
+                timings += recorded.timings
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
+            # One counter statement for every owner's jobs, its rows in key order: two reapers
+            # (or a reaper and a worker) never lock counter rows in opposite orders.
+            stats_counters.count(
+                driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
+            )
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
             # in this transaction, once every owner's jobs are written (the lock order: jobs,
             # then their dependents, then workflows).

@@ -163,3 +163,14 @@ def test_counter_rows_older_than_an_hour_are_forgotten() -> None:
                                     task_name="t", name="succeeded", count=1)  # fmt: skip
     assert counters.forget_old("default", now) == 1
     assert StatsCounter.objects.count() == 1
+
+
+def test_the_reaper_counts_expired_leases_as_retried_or_failed() -> None:
+    from django_workqueue.maintenance.reaper import Reaper
+
+    JobFactory(task_name="t", expired=True, lease_owner="worker-a")
+    JobFactory(task_name="t", expired=True, lease_owner="worker-b", attempt=3, max_attempts=3)
+
+    assert Reaper("default", interval=1.0).run_once() == 2
+
+    assert (counted("retried"), counted("failed"), counted("run")) == (1, 1, 2)
