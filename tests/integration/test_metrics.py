@@ -125,3 +125,19 @@ def test_a_worker_serves_the_attempts_it_recorded(
     assert value("workqueue_worker_attempts_total", queue="default", task=discards.name,
                  ending="failed") == 1  # fmt: skip
     assert value("workqueue_worker_run_seconds_count", **key) == 4
+
+
+def test_without_the_extra_the_view_says_what_to_install(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import django_workqueue
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails as uninstalled
+    monkeypatch.delitem(sys.modules, "django_workqueue.metrics")
+    monkeypatch.delattr(django_workqueue, "metrics")
+    with workqueue_settings(METRICS_TOKEN="t" * 16):
+        response = client.get(URL, HTTP_AUTHORIZATION="Bearer " + "t" * 16)
+    assert response.status_code == 501
+    assert b'pip install "django-workqueue[prometheus]"' in response.content
