@@ -16,7 +16,7 @@ from .db import driver_class
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
     "RETRY_BACKOFF_MAX", "SCHEDULER_INTERVAL", "SCHEDULE_MISFIRE_GRACE",
-    "BACKPRESSURE_WINDOW", "AUTOSCALE_IDLE_SECONDS",
+    "BACKPRESSURE_WINDOW", "AUTOSCALE_IDLE_SECONDS", "PROGRESS_INTERVAL",
 )  # fmt: skip
 _POSITIVE_INTS = (
     "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
@@ -74,6 +74,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id="django_workqueue.E002",
                 )
             )
+    token = conf.METRICS_TOKEN
+    if token is not None and not (isinstance(token, str) and len(token) >= 16):
+        got = "a shorter string" if isinstance(token, str) else type(token).__name__
+        errors.append(
+            checks.Error(
+                "WORKQUEUE['METRICS_TOKEN'] must be None or a secret string of at least 16 "
+                f"characters, got {got}.",
+                hint="Make one: python -c 'import secrets; print(secrets.token_urlsafe())'",
+                id="django_workqueue.E002",
+            )
+        )
     jitter = conf.RETRY_JITTER
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         errors.append(

@@ -72,6 +72,13 @@ DEFAULTS: dict[str, Any] = {
     # deletes older ones (and finished workflows with them) in batches. A dict given here is
     # merged over this one. See docs/guides/observability.md#retention.
     "RETENTION": {"succeeded": 7, "failed": 30, "cancelled": 7},
+    # At most one progress write per running job per this many seconds (context.set_progress):
+    # a tight loop of reports costs one write per interval; the last report is always written,
+    # at the latest with the job's outcome.
+    "PROGRESS_INTERVAL": 1.0,
+    # A secret a Prometheus scraper sends as "Authorization: Bearer <token>" to read
+    # django_workqueue.views.metrics; None: only users with django_workqueue.view_job may.
+    "METRICS_TOKEN": None,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
     # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping

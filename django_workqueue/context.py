@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import InvalidProgress, JobCancelled
-from .payload import storable_text
+from .exceptions import InvalidProgress, JobCancelled, PayloadNotJSON
+from .payload import encode, storable_text
 
 if TYPE_CHECKING:
     from .db import ClaimedJob, Driver, Progress
@@ -18,11 +20,18 @@ if TYPE_CHECKING:
     from .workflow.store import Spawn
 
 
+logger = logging.getLogger("django_workqueue.worker")
+
 _event_lock = threading.Lock()
 
 # The progress columns are 64-bit integers on every database.
 _BIGINT = (-(2**63), 2**63 - 1)
 PROGRESS_MESSAGE_LENGTH = 500
+PROGRESS_DETAILS_BYTES = 8 * 1024
+"""The most a report's ``details`` may take, JSON-encoded (UTF-8 bytes)."""
+
+#: A report as a context keeps it: current, total, message, details (a JSON object or None).
+Report = tuple[int, int | None, str, dict[str, Any] | None]
 
 
 class AbortReason(enum.StrEnum):
@@ -80,7 +89,7 @@ class JobContext:
         self.owner = owner
         self._driver = driver
         self._on_progress = on_progress
-        self.progress: tuple[int, int | None, str] | None = None
+        self.progress: Report | None = None
         self._cancelled: threading.Event | None = None
         self.abort_reason: AbortReason | None = None
         """Why the job was told to stop, or None while it may go on."""
@@ -134,24 +143,37 @@ class JobContext:
     def job_id(self) -> int:
         return self.job.id
 
-    def set_progress(self, current: int, total: int | None = None, message: str = "") -> bool:
+    def set_progress(
+        self,
+        current: int,
+        total: int | None = None,
+        message: str = "",
+        details: dict[str, Any] | None = None,
+    ) -> bool:
         """Report progress; returns False once this worker has lost the job's lease.
 
         ``current`` and ``total`` are integers within 64 bits (``InvalidProgress``, a
         ``ValueError``, otherwise); ``message`` is any text, made storable (NUL and lone
-        surrogates escaped) and cut to 500 characters.
+        surrogates escaped) and cut to 500 characters; ``details`` is a JSON object of at most
+        8 KiB encoded (``InvalidProgress`` otherwise), stored in ``Job.progress_details``. Each
+        report replaces the previous one whole, details included.
+
+        >>> context.set_progress(n, len(rows), "importing", details={"file": path, "bad": 3})
 
         Inside a worker the value is handed to the worker's control thread, which writes the
-        latest value of every job at its next pass (promptly: the call wakes it), or with the
-        job's outcome if the job ends first. The task's own connection and transaction are
-        never used, so an ``atomic=True`` body may report progress too, and a burst of calls
-        costs one write.
+        latest value of each job at most once per ``WORKQUEUE["PROGRESS_INTERVAL"]`` seconds,
+        and the last one with the job's outcome, in the same write. The task's own connection
+        and transaction are never used, so an ``atomic=True`` body may report progress too,
+        and a tight loop of calls costs a write per interval. Every call sends the
+        ``job_progress`` signal in the worker process (not throttled).
         """
         self.progress = (
             _progress_int("current", current),
             None if total is None else _progress_int("total", total),
             storable_text(str(message))[:PROGRESS_MESSAGE_LENGTH],
+            None if details is None else _progress_details(details),
         )
+        _send_progress_signal(self)
         if self._on_progress is None:  # run outside a worker (tests, tools): write now
             return self.write_progress()
         self._on_progress(self)
@@ -163,10 +185,10 @@ class JobContext:
 
         if self.progress is None:
             return None
-        current, total, message = self.progress
+        current, total, message, details = self.progress
         return Progress(
             job_id=self.job.id, attempt=self.job.attempt, current=current, total=total,
-            message=message,
+            message=message, details=details,
         )  # fmt: skip
 
     def write_progress(self) -> bool:
@@ -289,3 +311,44 @@ def _progress_int(name: str, value: Any) -> int:
             f"({_BIGINT[0]} to {_BIGINT[1]}); report a smaller unit (e.g. thousands) or a ratio"
         )
     return number
+
+
+def _progress_details(details: Any) -> dict[str, Any]:
+    if not isinstance(details, dict):
+        raise InvalidProgress(
+            f"set_progress: details must be a JSON object (a dict), got {type(details).__name__}"
+        )
+    try:
+        encoded = encode(details, "details", "set_progress")
+    except PayloadNotJSON as exc:
+        raise InvalidProgress(str(exc)) from None
+    size = len(encoded.encode("utf-8"))
+    if size > PROGRESS_DETAILS_BYTES:
+        raise InvalidProgress(
+            f"set_progress: details are {size:,} bytes as JSON; the limit is "
+            f"{PROGRESS_DETAILS_BYTES:,}. Report a summary (counts, the last item) and keep "
+            f"the rest in your own tables"
+        )
+    # A copy, as stored: the task may change its dict before the control thread writes it.
+    copy: dict[str, Any] = json.loads(encoded)
+    return copy
+
+
+def _send_progress_signal(context: JobContext) -> None:
+    from .registry import find_task
+    from .signals import job_progress
+
+    if not job_progress.receivers:  # the common case costs one attribute read
+        return
+    current, total, message, details = context.progress  # type: ignore[misc]
+    responses = job_progress.send_robust(  # the sender is the task, as for every job signal
+        sender=find_task(context.job.task_name), job_id=context.job.id,
+        task_name=context.job.task_name, attempt=context.job.attempt, current=current, total=total, message=message,
+        details=details,
+    )  # fmt: skip
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error(
+                "job %s: job_progress receiver %r raised", context.job.id, receiver,
+                exc_info=response,
+            )  # fmt: skip

@@ -12,6 +12,8 @@ Indexes are designed for the hot path, not added by accident:
   the same next to a million of them as next to none;
 * ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
 * ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs;
+* ``wq_job_active`` holds unfinished rows only (queue, task, status, run_after), for the stats'
+  index-only counts;
 * ``Job.workflow`` and ``Dependency.prerequisite`` are indexed foreign keys: completing a job
   finds its dependents through the second, a workflow's jobs through the first. Claims never
   look at ``blocked`` jobs: they are not in the claim index.
@@ -204,6 +206,13 @@ class Job(models.Model):
                 condition=models.Q(status="running"),
             ),
             models.Index(fields=["status", "finished_at"], name="wq_job_status_finished"),
+            # stats.snapshot(): counts of unfinished jobs per queue, task and status and the
+            # oldest ready job, by an index-only scan of unfinished rows (never of finished ones).
+            models.Index(
+                fields=["queue", "task_name", "status", "run_after"],
+                name="wq_job_active",
+                condition=models.Q(status__in=["blocked", "scheduled", "ready", "held", "running"]),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -437,3 +446,33 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid} ({self.id})"
+
+
+class StatsCounter(models.Model):
+    """Rolling counters of finished attempts, per minute, queue and task (``stats.snapshot()``).
+
+    Written in the transaction that records the attempts (one statement per completion batch):
+    ``name`` is an ending (``succeeded``, ``failed``, ``cancelled``, ``retried``; ``bucket`` 0)
+    or a histogram (``run``, ``wait``; ``bucket`` a duration class, see ``stats.histogram``).
+    ``shard`` spreads concurrent writers over rows, so workers do not queue on one hot row.
+    Rows older than an hour are deleted by the reaper's pass.
+    """
+
+    minute = models.DateTimeField()
+    queue = models.CharField(max_length=100)
+    task_name = models.CharField(max_length=200)
+    name = models.CharField(max_length=16)
+    bucket = models.SmallIntegerField(default=0)
+    shard = models.SmallIntegerField(default=0)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "queue", "task_name", "name", "bucket", "shard"],
+                name="wq_stats_counter_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%H:%M} {self.queue}/{self.task_name} {self.name}[{self.bucket}]"

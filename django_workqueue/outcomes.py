@@ -47,7 +47,7 @@ class Outcome:
     result_json: str | None = None
     error: dict[str, Any] | None = None
     delay: float = 0.0
-    progress: tuple[int, int | None, str] | None = None
+    progress: tuple[int, int | None, str, dict[str, Any] | None] | None = None
     task_name: str = dataclasses.field(default="", compare=False)
     queue: str = dataclasses.field(default="", compare=False)
     """The job's task and queue, for the signals sent once the outcome is written."""
@@ -123,7 +123,9 @@ class Outcome:
             row["extra_attempts"] = 1
         if self.progress is not None:
             row["has_progress"] = True
-            row["pcurrent"], row["ptotal"], row["pmessage"] = self.progress
+            row["pcurrent"], row["ptotal"], row["pmessage"], details = self.progress
+            if details is not None:  # absent, not JSON null: the column stays SQL NULL
+                row["pdetails"] = details
         return row
 
     def encoded(self) -> str:

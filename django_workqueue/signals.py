@@ -23,6 +23,10 @@ if this process does not know the task) and the keyword arguments ``job_id``, ``
                           ``cancelled`` sends that signal next.
 ========================  ===============================================================
 
+``job_progress`` is the exception: sent in the worker process on every
+``context.set_progress`` call, before the (throttled) write commits, with ``job_id``,
+``task_name``, ``attempt``, ``current``, ``total``, ``message`` and ``details``.
+
 ``workflow_finished``: sender ``Workflow`` (the model), ``workflow_id``, ``status``.
 ``worker_started`` / ``worker_stopping`` / ``worker_stopped``: sender the ``Worker`` class,
 ``worker`` (the instance), ``worker_id``, ``queues``.
@@ -54,6 +58,7 @@ workflow_finished = Signal()
 worker_started = Signal()
 worker_stopping = Signal()
 worker_stopped = Signal()
+job_progress = Signal()
 
 Sends = list[tuple[Signal, dict[str, Any]]]
 

@@ -17,13 +17,14 @@ from .base import (
     NewJob,
     Progress,
     Recorded,
+    Timing,
 )
 
 __all__ = [
     "ClaimedJob", "CountedDown", "Driver", "Ended", "Expired", "FlowGroup", "FlowPick",
     "Inserted", "NewJob", "Outcome",
     "OutcomeKind",
-    "Progress", "Recorded", "driver_class", "driver_for",
+    "Progress", "Recorded", "Timing", "driver_class", "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")

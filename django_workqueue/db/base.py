@@ -18,12 +18,12 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q
 from django.db.models.functions import Now
 
-from ..models import IdempotencyClaim, Job, Queue
+from ..models import IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
-from ..states import Status, transition
+from ..states import ACTIVE, Status, transition
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,6 +235,47 @@ class Ended:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Timing:
+    """A written outcome's attempt as the stats count it: where it ran, the status written,
+    and its durations by the database's clock (seconds)."""
+
+    id: int
+    attempt: int
+    queue: str
+    task_name: str
+    status: str
+    run_seconds: float | None
+    """From the attempt's start to this write."""
+    wait_seconds: float | None
+    """From the job's ``run_after`` to the attempt's start; negative when this write moved
+    ``run_after`` on (a retry or snooze: the wait is then unknown)."""
+
+
+#: The unfinished statuses in the order of ``wq_job_active``'s condition (models.py).
+ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "running"]
+assert set(ACTIVE_STATUSES) == {str(status.value) for status in ACTIVE}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActiveCount:
+    """Unfinished jobs of one queue, task and status (``Driver.active_counts``)."""
+
+    queue: str
+    task_name: str
+    status: str
+    count: int
+    due: int
+    """Of them, ready and due."""
+    oldest_due: datetime | None
+
+
+def counter_batch(counters: Iterable[tuple[str, str, str, int, int, int]]) -> str:
+    """``Driver.count_stats``'s rows as one JSON array parameter."""
+    keys = ("queue", "task_name", "name", "bucket", "shard", "count")
+    return json.dumps([dict(zip(keys, row, strict=True)) for row in counters])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CountedDown:
     """A blocked dependent after its prerequisites' endings were counted (``Driver.count_down``)."""
 
@@ -260,6 +301,8 @@ class Recorded:
     ended: list[Ended] = dataclasses.field(default_factory=list)
     """The written outcomes that finished their job, as the row says (a requested
     cancellation may have turned a failure into ``cancelled``)."""
+    timings: list[Timing] = dataclasses.field(default_factory=list)
+    """Every written outcome's attempt, for the stats (``record_many`` only)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,12 +314,16 @@ class Progress:
     current: int
     total: int | None
     message: str
+    details: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
-        return {
+        row: dict[str, Any] = {
             "id": self.job_id, "attempt": self.attempt, "pcurrent": self.current,
             "ptotal": self.total, "pmessage": self.message,
         }  # fmt: skip
+        if self.details is not None:  # absent, not JSON null: the column stays SQL NULL
+            row["pdetails"] = self.details
+        return row
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -449,6 +496,35 @@ class Driver(abc.ABC):
         With ``skip_locked``, rows another session holds locked are left alone and reported
         ``busy``; without it the statement waits for them.
         """
+
+    def active_counts(self, now: datetime) -> list[ActiveCount]:
+        """Unfinished jobs per (queue, task, status), with those ready and due at ``now`` and
+        the oldest due ``run_after``, for ``stats.snapshot()``: one GROUP BY that reads the
+        ``wq_job_active`` index alone (PostgreSQL: an index-only scan)."""
+        due = Q(status=Status.READY, run_after__lte=now)
+        rows = (
+            Job.objects.using(self.alias)
+            .filter(status__in=ACTIVE_STATUSES)
+            .order_by()
+            .values_list("queue", "task_name", "status")
+            .annotate(
+                n=Count("*"),
+                due=Count("run_after", filter=due),  # a column of the index, never NULL
+                oldest=Min("run_after", filter=due),
+            )
+        )
+        return [ActiveCount(*row) for row in rows]
+
+    @property
+    def stats_table(self) -> str:
+        return StatsCounter._meta.db_table
+
+    @abc.abstractmethod
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        """Add ``(queue, task name, name, bucket, shard, count)`` to the ``StatsCounter`` rows
+        of the database clock's current minute, in one statement (an upsert: rows are
+        created or added to). Rows are written in key order, so that two writers never wait
+        for each other in a cycle."""
 
     def record(self, owner: str, outcome: Outcome) -> bool:
         """Write one outcome, waiting for its row if another session holds it locked (an

@@ -36,6 +36,8 @@ from .base import (
     NewJob,
     Progress,
     Recorded,
+    Timing,
+    counter_batch,
     inserted_positions,
 )
 
@@ -58,6 +60,7 @@ _PROGRESS_FROM_V = (
     "progress_current = CASE WHEN v.has_progress THEN v.pcurrent ELSE j.progress_current END, "
     "progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE j.progress_total END, "
     "progress_message = CASE WHEN v.has_progress THEN v.pmessage ELSE j.progress_message END,"
+    "progress_details = CASE WHEN v.has_progress THEN v.pdetails ELSE j.progress_details END,"
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
@@ -439,7 +442,7 @@ class PostgresDriver(Driver):
             f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
             f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
             f"  delay double precision, extra_attempts integer, has_progress boolean, "
-            f"  pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb)), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
@@ -455,10 +458,14 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id) "
+            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id, "
+            f"j.queue, j.task_name, "
+            f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
+            f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
             # Per outcome, not per id: a batch may hold two attempts of one job.
             f"SELECT v.id, v.attempt, w.id IS NOT NULL, {self._settled}, w.status, "
-            f"w.workflow_id FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
+            f"w.workflow_id, w.queue, w.task_name, w.run_seconds, w.wait_seconds "
+            f"FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -469,11 +476,12 @@ class PostgresDriver(Driver):
             return Recorded(written=set(), busy=set())
         sql = (
             f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
-            f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text)), "
+            f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text, "
+            f"  pdetails jsonb)), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"progress_current = v.pcurrent, progress_total = v.ptotal, "
-            f"progress_message = v.pmessage "
+            f"progress_message = v.pmessage, progress_details = v.pdetails "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
             f"AND j.status = 'running' RETURNING j.id, j.attempt) "
@@ -515,7 +523,28 @@ class PostgresDriver(Driver):
                 for row in result
                 if len(row) > 4 and row[4] in _TERMINAL
             ],
+            timings=[
+                Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9])
+                for row in result
+                if len(row) > 4 and row[2]
+            ],
         )
+
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        if not counters:
+            return
+        table = self.stats_table
+        sql = (
+            f"INSERT INTO {table} AS c (minute, queue, task_name, name, bucket, shard, count) "
+            f"SELECT date_trunc('minute', {CLOCK}), r.queue, r.task_name, r.name, r.bucket, "
+            f"r.shard, r.count FROM jsonb_to_recordset(%(batch)s::jsonb) AS r(queue text, "
+            f"task_name text, name text, bucket smallint, shard smallint, count bigint) "
+            f"ORDER BY r.queue, r.task_name, r.name, r.bucket, r.shard "
+            f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
+            f"DO UPDATE SET count = c.count + EXCLUDED.count"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": counter_batch(counters)})
 
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
         if not counts:

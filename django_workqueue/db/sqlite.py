@@ -19,6 +19,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
+    ACTIVE_STATUSES,
+    ActiveCount,
     BatchClaim,
     ClaimedJob,
     CountedDown,
@@ -29,6 +31,8 @@ from .base import (
     NewJob,
     Progress,
     Recorded,
+    Timing,
+    counter_batch,
     inserted_positions,
 )
 
@@ -384,10 +388,14 @@ class SQLiteDriver(Driver):
             f"progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE {t}.progress_total END, "
             f"progress_message = CASE WHEN v.has_progress THEN v.pmessage "
             f"  ELSE {t}.progress_message END, "
+            f"progress_details = CASE WHEN v.has_progress THEN v.pdetails "
+            f"  ELSE {t}.progress_details END, "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
-            f"RETURNING {t}.id, {t}.attempt, {t}.status, {t}.workflow_id"
+            f"RETURNING {t}.id, {t}.attempt, {t}.status, {t}.workflow_id, {t}.queue, "
+            f"{t}.task_name, (julianday('now') - julianday({t}.started_at)) * 86400.0, "
+            f"(julianday({t}.started_at) - julianday({t}.run_after)) * 86400.0"
         )
         return self._fenced_write(sql, outcomes, owner)
 
@@ -400,7 +408,7 @@ class SQLiteDriver(Driver):
         sql = (
             f"WITH v AS (SELECT {_columns(_PROGRESS_FIELDS)} FROM json_each(:batch)) "
             f"UPDATE {t} SET progress_current = v.pcurrent, progress_total = v.ptotal, "
-            f"progress_message = v.pmessage "
+            f"progress_message = v.pmessage, progress_details = v.pdetails "
             f"FROM v WHERE {t}.id = v.id AND {t}.attempt = v.attempt "
             f"AND {t}.lease_owner = :owner AND {t}.status = 'running' "
             f"RETURNING {t}.id, {t}.attempt"
@@ -421,7 +429,49 @@ class SQLiteDriver(Driver):
                 for row in result
                 if len(row) > 2 and row[2] in _TERMINAL
             ],
+            timings=[
+                Timing(row[0], row[1], row[4], row[5], row[2], row[6], row[7])
+                for row in result
+                if len(row) > 2
+            ],
         )
+
+    def active_counts(self, now: datetime) -> list[ActiveCount]:
+        # SQLite uses a partial index only for a condition written as the index's own (literal
+        # values, not parameters), and with its statistics it would rather scan the table than
+        # search the status index for five statuses: hence the literal list and INDEXED BY.
+        statuses = ", ".join(f"'{status}'" for status in ACTIVE_STATUSES)
+        due = "status = 'ready' AND run_after <= :now"
+        sql = (
+            f"SELECT queue, task_name, status, COUNT(*), SUM({due}), "
+            f"MIN(CASE WHEN {due} THEN run_after END) "
+            f"FROM {self.table} INDEXED BY wq_job_active WHERE status IN ({statuses}) "
+            f"GROUP BY queue, task_name, status"
+        )
+        stamp = self.connection.ops.adapt_datetimefield_value(now)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": stamp})
+            rows = cursor.fetchall()
+        return [
+            ActiveCount(queue, task, status, n, int(due_n or 0), _parse(oldest))
+            for queue, task, status, n, due_n, oldest in rows
+        ]
+
+    def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
+        if not counters:
+            return
+        table = self.stats_table
+        fields = ("queue", "task_name", "name", "bucket", "shard", "count")
+        # "WHERE true": SQLite's parser would take ON CONFLICT for a join's ON otherwise.
+        sql = (
+            f"INSERT INTO {table} (minute, queue, task_name, name, bucket, shard, count) "
+            f"SELECT strftime('%%Y-%%m-%%d %%H:%%M:00', 'now'), {_columns(fields)} "
+            f"FROM json_each(:batch) WHERE true "
+            f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
+            f"DO UPDATE SET count = count + excluded.count"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"batch": counter_batch(counters)})
 
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
         if not counts:
@@ -514,9 +564,9 @@ class SQLiteDriver(Driver):
 _OUTCOME_FIELDS = (
     "id", "attempt", "status", "cancel_status", "finished", "result", "has_error", "etype",
     "emessage", "etraceback", "delay", "extra_attempts", "has_progress", "pcurrent", "ptotal",
-    "pmessage",
+    "pmessage", "pdetails",
 )  # fmt: skip
-_PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage")
+_PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage", "pdetails")
 
 
 def _columns(fields: Iterable[str]) -> str:

@@ -19,10 +19,11 @@ from django.db.models.functions import Now
 
 from .. import signals, wakeup
 from ..conf import workqueue_settings as conf
-from ..db import Driver, Ended, Expired, driver_for
+from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
+from ..stats import counters as stats_counters
 from ..workflow import release
 from . import Service
 
@@ -31,6 +32,7 @@ logger = logging.getLogger("django_workqueue.reaper")
 # A WorkerProcess row not seen for this long belongs to a process that is gone.
 _WORKER_GONE_AFTER = timedelta(minutes=5)
 _BATCH = 1000
+_REAPER = "reaper"  # the stats counters' shard of what reapers count
 _CLAIM_BATCH = 1000
 
 
@@ -59,13 +61,24 @@ class Reaper(Service):
             expired = driver.expired_leases(_BATCH, now, spare_owner=self.spare_owner)
             reaped: list[Expired] = []
             ended: list[Ended] = []
+            outcomes: list[Outcome] = []
+            timings: list[Timing] = []
             by_owner = itertools.groupby(sorted(expired, key=lambda e: e.owner), lambda e: e.owner)
             for owner, rows in by_owner:
                 batch = list(rows)
-                recorded = driver.record_many(owner, [lease_expired(row) for row in batch])
+                written = [lease_expired(row) for row in batch]
+                recorded = driver.record_many(owner, written)
+                outcomes += written
+                timings += recorded.timings
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
             signals.reaped(self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended)
+
+            # One counter statement for every owner's jobs, its rows in key order: two reapers
+            # (or a reaper and a worker) never lock counter rows in opposite orders.
+            stats_counters.count(
+                driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
+            )
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
             # in this transaction, once every owner's jobs are written (the lock order: jobs,
             # then their dependents, then workflows).
@@ -84,6 +97,7 @@ class Reaper(Service):
         return len(reaped)
 
     def _forget_gone_workers(self, now: datetime | None) -> None:
+        stats_counters.forget_old(self.alias, now)  # the stats' counters older than an hour
         cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
         WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
 

@@ -6,19 +6,24 @@ writes every outcome that piled up with one fenced statement per pass, so under 
 trip completes many jobs.
 
 Progress reports are kept too, the latest per job, and written in their own batch, which skips
-rows other sessions hold locked and keeps those reports for a later pass. A job's last report
-rides with its outcome, in the same statement, so it always lands with it. Nothing that goes
-wrong with progress touches an outcome: an outcome leaves this queue only once it was written,
-found stale (its lease lost, its row gone), or refused by the database and replaced by a
-failure that says why.
+rows other sessions hold locked and keeps those reports for a later pass. A job's report is
+written at most once per ``WORKQUEUE["PROGRESS_INTERVAL"]``: a newer one waits for its turn
+(replacing any older one still waiting), so a tight loop of reports costs a write per interval.
+A job's last report rides with its outcome, in the same statement, so it always lands with it.
+Nothing that goes wrong with progress touches an outcome: an outcome leaves this queue only once
+it was written, found stale (its lease lost, its row gone), or refused by the database and
+replaced by a failure that says why.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
+import time
 
+from ..conf import workqueue_settings as conf
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
 from ..workflow import release
@@ -34,16 +39,28 @@ class Completer:
         self.owner = owner
         self._outcomes: collections.deque[Outcome] = collections.deque()
         self._progress: dict[int, JobContext] = {}  # reported, not yet written
+        self._progress_written_at: dict[int, float] = {}  # job id -> monotonic time
         self._lock = threading.Lock()
 
     def hand_over(self, outcome: Outcome) -> None:
         """Called by a slot: this outcome is to be written (the slot is free now)."""
         self._outcomes.append(outcome)
 
-    def report(self, context: JobContext) -> None:
-        """Called by a slot: this job's latest progress is to be written."""
+    def report(self, context: JobContext) -> bool:
+        """Called by a slot: this job's latest progress is to be written. Returns whether it
+        may be written now (the control thread is worth waking), or must wait for its turn."""
         with self._lock:
             self._progress[context.job.id] = context
+            written_at = self._progress_written_at.get(context.job.id)
+        return written_at is None or time.monotonic() - written_at >= _interval()
+
+    def progress_due_at(self) -> float:
+        """When (monotonic) the first report waiting for its turn may be written, or inf."""
+        with self._lock:
+            waiting = [self._progress_written_at.get(job_id) for job_id in self._progress]
+        if not waiting:
+            return math.inf
+        return min(-math.inf if at is None else at for at in waiting) + _interval()
 
     def take(self, job_ids: set[int]) -> list[Outcome]:
         """Remove and return the pending outcomes of ``job_ids``."""
@@ -67,8 +84,17 @@ class Completer:
         is raised; a report the database refuses is dropped with a log line, never taking the
         other reports with it.
         """
+        now = time.monotonic()
+        interval = _interval()
         with self._lock:
+            for job_id, at in list(self._progress_written_at.items()):
+                if now - at >= interval and job_id not in self._progress:  # throttles no more
+                    del self._progress_written_at[job_id]
             pending, self._progress = self._progress, {}
+            for job_id in list(pending):
+                written_at = self._progress_written_at.get(job_id)
+                if written_at is not None and now - written_at < interval:  # not its turn yet
+                    self._progress[job_id] = pending.pop(job_id)
         reports = {job_id: context.progress_report() for job_id, context in pending.items()}
         batch = [report for report in reports.values() if report is not None]
         if not batch:
@@ -80,6 +106,10 @@ class Completer:
                 self._keep_progress(pending)
                 raise
             recorded = self._write_progress_one_by_one(batch, exc)
+        with self._lock:
+            # Tried (written, stale, or busy and kept): the job's interval starts now.
+            for job_id in pending:
+                self._progress_written_at[job_id] = now
         self._keep_progress({job_id: pending[job_id] for job_id in recorded.busy})
 
     def _keep_progress(self, contexts: dict[int, JobContext]) -> None:
@@ -125,7 +155,7 @@ class Completer:
             outcomes.append(self._outcomes.popleft())
         if not outcomes:
             return [], set()
-        self._attach_progress(outcomes)
+        self.attach_progress(outcomes)
         try:
             recorded = release.record(self.driver, self.owner, outcomes, skip_locked=True)
         except Exception as exc:
@@ -137,10 +167,13 @@ class Completer:
         if busy:  # rows another session holds locked: keep those outcomes for a later pass
             self._outcomes.extend(o for o in outcomes if o.job_id in busy)
         done = [outcome for outcome in outcomes if outcome.job_id not in busy]
+        with self._lock:
+            for outcome in done:
+                self._progress_written_at.pop(outcome.job_id, None)
         self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
         return done, recorded.written
 
-    def _attach_progress(self, outcomes: list[Outcome]) -> None:
+    def attach_progress(self, outcomes: list[Outcome]) -> None:
         """Each job's last progress report goes out with its outcome, in the same write."""
         with self._lock:
             for outcome in outcomes:
@@ -186,3 +219,7 @@ class Completer:
             existing = {o.job_id: ("", None) for o in outcomes}
         for outcome in outcomes:
             log_not_written(outcome, gone=outcome.job_id not in existing)
+
+
+def _interval() -> float:
+    return float(conf.PROGRESS_INTERVAL)

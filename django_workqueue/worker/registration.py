@@ -1,8 +1,10 @@
 """The worker's row in ``WorkerProcess``: for dashboards and ``operations.scale_worker`` (recovery
 depends on leases, never on this row).
 
-The row shows the slots the worker has now (``concurrency``, which autoscaling moves), its
-floor and ceiling when it autoscales, and its budget per queue. ``scale_worker`` writes
+The row shows the host, pid, queues, when the worker started, when it was last seen and how many
+jobs it was running then (both written by each heartbeat), the slots the worker has now
+(``concurrency``, which autoscaling moves), its floor and ceiling when it autoscales, and its
+budget per queue. ``scale_worker`` writes
 ``requested_concurrency``; the heartbeat reads it back and the worker clears it once applied.
 """
 
@@ -52,12 +54,13 @@ class Registration:
         )
         self.registered = True
 
-    def beat(self) -> int | None:
-        """Mark the worker seen now; return the slots ``scale_worker`` asked for, if any.
+    def beat(self, running: int = 0) -> int | None:
+        """Mark the worker seen now, running ``running`` jobs; return the slots
+        ``scale_worker`` asked for, if any.
 
         Registers again if the row was pruned while the worker stalled."""
         seen = WorkerProcess.objects.using(self.alias).filter(id=self.worker_id)
-        if not seen.update(last_seen_at=Now()):
+        if not seen.update(last_seen_at=Now(), running=running):
             self.registered = False
             return None
         # A second round trip, once per heartbeat: the ORM has no UPDATE ... RETURNING.

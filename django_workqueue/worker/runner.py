@@ -282,7 +282,7 @@ class Worker:
         if not self.leases.due(now):
             return
         self.leases.renew(running)
-        self._requested = self.registration.beat()
+        self._requested = self.registration.beat(running=len(running))
 
     def _maintain(self) -> None:
         """The maintenance services that are due: scheduled jobs whose time has come become
@@ -294,8 +294,8 @@ class Worker:
         self.retention.run_if_due(at)  # one worker of the fleet, by its lease
 
     def _on_progress(self, context: JobContext) -> None:
-        self.completer.report(context)
-        self.wake.set()
+        if self.completer.report(context):  # otherwise it waits for its turn (progress_due_at)
+            self.wake.set()
 
     def _write_progress(self) -> None:
         self.completer.write_progress()
@@ -395,6 +395,7 @@ class Worker:
             self.scheduler.next_run,
             self.batches.wake_at(),
             self.backpressure.paused_until(time.monotonic()),  # claims may start again then
+            self.completer.progress_due_at(),  # a throttled progress report's turn
         )
         retry_at = self.claimer.retry_at
         if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start

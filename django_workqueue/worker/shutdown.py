@@ -75,6 +75,7 @@ def release_remaining(worker: Worker) -> None:
         )
         for job_id, item in unfinished.items()
     ]  # fmt: skip
+    worker.completer.attach_progress(releases)  # a report still waiting for its turn lands too
     try:
         written = worker.driver.record_many(worker.id, releases).written
     except Exception as exc:  # the reaper will recover them instead

@@ -31,6 +31,7 @@ from ..db import Driver, Ended, Outcome, Recorded, driver_for
 from ..exceptions import DependencyFailed
 from ..models import Dependency, Job, Workflow
 from ..states import RunCondition, Status, WorkflowStatus, transition
+from ..stats import counters as stats_counters
 from . import conditions
 
 logger = logging.getLogger("django_workqueue.workflow")
@@ -48,6 +49,7 @@ def record(
         # Registered first: the jobs' own signals come before those of what they released.
         signals.outcomes_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)
+        stats_counters.count(driver, owner, outcomes, recorded)  # one statement a batch
     return recorded
 
 

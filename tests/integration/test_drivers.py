@@ -148,9 +148,11 @@ def test_an_expired_lease_keeps_its_place_and_counts_the_attempt(attempt, status
 
 def test_the_last_progress_report_lands_with_the_outcome():
     job = JobFactory(running=True)
-    write(outcome(job, OutcomeKind.SUCCEEDED, result_json="1", progress=(5, 5, "done")))
+    progress = (5, 5, "done", {"rows": [1, 2]})
+    write(outcome(job, OutcomeKind.SUCCEEDED, result_json="1", progress=progress))
     job.refresh_from_db()
     assert (job.progress_current, job.progress_total, job.progress_message) == (5, 5, "done")
+    assert job.progress_details == {"rows": [1, 2]}
 
 
 def test_an_outcome_without_progress_leaves_the_progress_alone():

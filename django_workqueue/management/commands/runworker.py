@@ -163,6 +163,9 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", type=worker_id,
                             help="Lease owner id (default: a fresh uuid4 per start; a reused "
                             "id hides a crashed process).")  # fmt: skip
+        parser.add_argument("--metrics-port", type=positive_int,
+                            help="Serve this process's own Prometheus metrics on this port "
+                            "(needs the 'prometheus' extra).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         slots = slot_options(options["queues"], options["concurrency"])
@@ -203,6 +206,8 @@ class Command(BaseCommand):
         if not _require_tables(stopped):
             self.stdout.write("runworker: stopped while waiting for the database")
             return
+        if options["metrics_port"]:
+            _serve_metrics(options["metrics_port"])
         worker = Worker(
             **slots,
             burst=options["burst"],
@@ -214,6 +219,20 @@ class Command(BaseCommand):
             worker.stop()
         worker.run()  # it logs its start line ("worker <id> started: ...") once registered
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
+
+
+def _serve_metrics(port: int) -> None:
+    try:
+        from ...metrics import serve_worker_metrics
+    except ImportError as exc:
+        raise CommandError(f"--metrics-port: {exc}") from None
+    try:
+        serve_worker_metrics(port)
+    except OSError as exc:
+        raise CommandError(
+            f"--metrics-port {port}: cannot listen ({exc}); pick a free port"
+        ) from None
+    logger.info("serving this worker's metrics on port %d", port)
 
 
 def _nothing_to_run() -> str:

@@ -1,0 +1,104 @@
+"""The rolling counters: what each completion batch adds to ``StatsCounter``.
+
+Called inside the transaction that records a batch of outcomes, after the write: one more
+statement per batch (an upsert of a few rows per queue and task), never one per job. The
+counters are therefore exact — an attempt is counted iff its outcome was written — and cost
+the hot path a statement a batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ..db import Driver, Outcome, OutcomeKind, Recorded
+from ..models import StatsCounter
+from ..states import Status
+from .histogram import bucket
+
+SHARDS = 8
+"""Writers are spread over this many rows per counter (by lease owner), so that workers
+completing the same task at once do not queue for one row's lock."""
+KEEP = timedelta(hours=1)
+"""Counter rows older than this are deleted (the stats look 15 minutes back)."""
+_FORGET_EVERY = 60.0  # seconds between two deletions of old rows by one process
+
+ENDINGS = ("succeeded", "failed", "cancelled", "retried")
+_RETRIED_KINDS = frozenset({OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED})
+_last_forget: dict[str, float] = {}
+_listeners: list[Callable[[Sequence[Outcome], Recorded], None]] = []
+logger = logging.getLogger("django_workqueue.stats")
+
+
+def add_listener(listener: Callable[[Sequence[Outcome], Recorded], None]) -> None:
+    """Call ``listener(outcomes, recorded)`` in this process once each recorded batch commits
+    (a worker's own Prometheus metrics)."""
+    _listeners.append(listener)
+
+
+def remove_listener(listener: Callable[[Sequence[Outcome], Recorded], None]) -> None:
+    _listeners.remove(listener)
+
+
+def ending(kind: OutcomeKind | None, status: str) -> str | None:
+    """The counter an attempt's written outcome adds to, or None (a snooze or a release at
+    shutdown ends no attempt's work: nothing is counted)."""
+    if status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+        return str(status)
+    if kind in _RETRIED_KINDS:
+        return "retried"
+    return None
+
+
+def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    """Add the written ``outcomes`` to the counters of the current minute (one statement)."""
+    if not recorded.timings:
+        return
+    kinds = {(o.job_id, o.attempt): o.kind for o in outcomes}
+    shard = zlib.crc32(owner.encode()) % SHARDS
+    totals: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
+    for timing in recorded.timings:
+        name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
+        if name is None:
+            continue
+        where = (timing.queue, timing.task_name)
+        totals[(*where, name, 0)] += 1
+        if timing.run_seconds is not None and timing.run_seconds >= 0:
+            totals[(*where, "run", bucket(timing.run_seconds))] += 1
+        # Negative when the write moved run_after on (a retry's delay): the wait is unknown.
+        if timing.wait_seconds is not None and timing.wait_seconds >= 0:
+            totals[(*where, "wait", bucket(timing.wait_seconds))] += 1
+    driver.count_stats(
+        sorted(
+            (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()
+        )
+    )
+    if _listeners:
+        transaction.on_commit(lambda: _tell(outcomes, recorded), using=driver.alias)
+
+
+def _tell(outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(outcomes, recorded)
+        except Exception:
+            logger.exception("stats listener %r failed", listener)
+
+
+def forget_old(alias: str, now: datetime | None = None) -> int:
+    """Delete counter rows older than ``KEEP`` (at most once a minute per process); return how
+    many were deleted."""
+    at = time.monotonic()
+    if now is None and at - _last_forget.get(alias, -_FORGET_EVERY) < _FORGET_EVERY:
+        return 0
+    _last_forget[alias] = at
+    cutoff = (now - KEEP) if now is not None else Now() - KEEP
+    deleted, _ = StatsCounter.objects.using(alias).filter(minute__lt=cutoff).delete()
+    return deleted
