@@ -343,8 +343,8 @@ def _send_progress_signal(context: JobContext) -> None:
     current, total, message, details = context.progress  # type: ignore[misc]
     responses = job_progress.send_robust(  # the sender is the task, as for every job signal
         sender=find_task(context.job.task_name), job_id=context.job.id,
-        task_name=context.job.task_name, attempt=context.job.attempt, current=current, total=total, message=message,
-        details=details,
+        task_name=context.job.task_name, attempt=context.job.attempt, current=current,
+        total=total, message=message, details=details,
     )  # fmt: skip
     for receiver, response in responses:
         if isinstance(response, Exception):
