@@ -6,26 +6,20 @@ from __future__ import annotations
 import doctest
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from django_workqueue import registry
+from tests.support.guides import Guide
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "flow-control.md"
+GUIDE = Guide("flow-control")
 
 pytestmark = pytest.mark.django_db
 
 
-def section(name: str) -> str:
-    text = GUIDE.read_text()
-    start = text.index(f"<!-- section: {name} -->")
-    return text[start : text.index(f"<!-- /section: {name} -->", start)]
-
-
 def blocks(name: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", section(name), flags=re.DOTALL)
+    return [text for _, text in GUIDE.blocks(name, language)]
 
 
 @pytest.fixture

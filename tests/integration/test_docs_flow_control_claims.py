@@ -4,9 +4,7 @@ doctests, in order and in one namespace (claims with a worker running, skip-queu
 
 from __future__ import annotations
 
-import doctest
 import importlib
-import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,26 +14,11 @@ from typing import Any
 import pytest
 
 from django_workqueue import registry
+from tests.support.guides import Guide
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "flow-control.md"
+GUIDE = Guide("flow-control")
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def section(name: str) -> tuple[int, str]:
-    """The text between the section's markers, and the line it starts on."""
-    text = GUIDE.read_text()
-    match = re.search(rf"<!-- section: {name} -->\n(.*?)<!-- /section: {name} -->", text, re.S)
-    assert match is not None, f"section {name} not found in {GUIDE}"
-    return text.count("\n", 0, match.start(1)), match.group(1)
-
-
-def blocks(name: str, language: str) -> list[tuple[int, str]]:
-    start, text = section(name)
-    return [
-        (start + text.count("\n", 0, match.start(1)), match.group(1))
-        for match in re.finditer(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
-    ]
 
 
 @pytest.fixture
@@ -46,7 +29,7 @@ def guide_app(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
     apps: list[str] = []
 
     def load(name: str, app: str) -> ModuleType:
-        [(_, tasks)] = [b for b in blocks(name, "python") if f"# {app}/tasks.py" in b[1]]
+        [(_, tasks)] = [b for b in GUIDE.blocks(name, "python") if f"# {app}/tasks.py" in b[1]]
         package = tmp_path / app
         package.mkdir()
         (package / "__init__.py").write_text("")
@@ -63,18 +46,8 @@ def guide_app(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
 
 
 def run_sessions(name: str, minimum: int) -> None:
-    sessions = blocks(name, "pycon")
-    assert len(sessions) >= minimum, f"the sessions of section {name} were not found"
-    parser = doctest.DocTestParser()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    report: list[str] = []
-    namespace: dict[str, Any] = {"__name__": "guide"}
-    for line, text in sessions:
-        session = parser.get_doctest(text, namespace, GUIDE.name, str(GUIDE), line)
-        runner.run(session, out=report.append, clear_globs=False)
-        namespace = session.globs  # a DocTest runs in a copy: the next session goes on from it
-        assert not runner.failures, "".join(report)
-    assert runner.tries >= 2 * minimum
+    assert len(GUIDE.blocks(name, "pycon")) >= minimum
+    assert GUIDE.run_sessions(name) >= 2 * minimum
 
 
 def test_the_claims_section_runs_as_written(

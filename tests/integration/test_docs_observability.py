@@ -10,28 +10,22 @@ import re
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from django_workqueue import registry, signals
 from django_workqueue.worker.runner import Worker
+from tests.support.guides import Guide
 from tests.support.settings import workqueue_settings
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "observability.md"
+GUIDE = Guide("observability")
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def section(name: str) -> str:
-    text = GUIDE.read_text()
-    start = text.index(f"<!-- section: {name} -->")
-    return text[start : text.index(f"<!-- /section: {name} -->", start)]
-
-
 def blocks(name: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", section(name), flags=re.DOTALL)
+    return [text for _, text in GUIDE.blocks(name, language)]
 
 
 @pytest.fixture
