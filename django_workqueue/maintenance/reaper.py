@@ -73,16 +73,16 @@ class Reaper(Service):
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
             signals.reaped(self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended)
-
-            # One counter statement for every owner's jobs, its rows in key order: two reapers
-            # (or a reaper and a worker) never lock counter rows in opposite orders.
-            stats_counters.count(
-                driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
-            )
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
             # in this transaction, once every owner's jobs are written (the lock order: jobs,
             # then their dependents, then workflows).
             release.settle(self.alias, ended)
+            # Counters last, as a worker's completion takes them (jobs, dependents, workflows,
+            # counters): one statement for every owner's jobs, its rows in key order, so a
+            # reaper and a worker never lock in opposite orders.
+            stats_counters.count(
+                driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
+            )
             # Jobs back in ready wake the workers of their queues (not those that ended).
             queues = {row.queue for row in reaped if not lease_expired(row).spent}
             driver.notify(queues)

@@ -20,6 +20,7 @@ from django.db import connections
 from .. import wakeup
 from ..context import AbortReason
 from ..outcomes import Outcome, OutcomeKind
+from ..workflow import release
 
 if TYPE_CHECKING:
     from .runner import Worker
@@ -51,6 +52,8 @@ def drain_and_stop(worker: Worker) -> None:
         worker._loop.close()
     try:
         worker.registration.unregister()
+        if worker.retention.leadership is not None:  # another worker takes retention over now
+            worker.retention.leadership.release()
     except Exception as exc:
         logger.warning("worker %s: could not remove its registry row: %s", worker.id, exc)
     connections[worker.alias].close()
@@ -71,13 +74,17 @@ def release_remaining(worker: Worker) -> None:
     releases = [
         Outcome(
             job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
-            max_attempts=item.context.job.max_attempts,
+            max_attempts=item.context.job.max_attempts, task_name=item.context.job.task_name,
+            queue=item.context.job.queue,
         )
         for job_id, item in unfinished.items()
     ]  # fmt: skip
     worker.completer.attach_progress(releases)  # a report still waiting for its turn lands too
     try:
-        written = worker.driver.record_many(worker.id, releases).written
+        # Through release.record, like every worker write: a release the row turns into
+        # "cancelled" (a cancellation was requested) ends the job, and its workflow, signals
+        # and counters must learn of it in the same commit.
+        written = release.record(worker.driver, worker.id, releases).written
     except Exception as exc:  # the reaper will recover them instead
         logger.warning("worker %s: release failed (%s); leases will expire", worker.id, exc)
         written = set()

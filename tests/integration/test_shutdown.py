@@ -117,3 +117,41 @@ def test_a_body_that_obeys_the_shutdown_abort_is_released_uncharged_not_failed(
     job = fresh(job)
     # Stopping because the worker said so is not a failure: the job goes back, uncharged.
     assert (job.status, job.attempt, job.max_attempts, job.errors) == ("ready", 1, 2, [])
+
+
+def test_a_release_that_ends_a_cancel_requested_step_releases_its_workflow_and_signals():
+    # A release outcome turns into "cancelled" when a cancellation was requested: the job ends
+    # there, so its dependents, its workflow and the signals must learn of it in that commit.
+    from django.utils import timezone
+
+    from django_workqueue import chain, signals
+    from django_workqueue.context import JobContext
+    from django_workqueue.models import Job
+    from django_workqueue.worker import shutdown
+    from django_workqueue.worker.lease import RunningJob
+    from testproject.testapp.tasks import add
+
+    cancelled: list[int] = []
+
+    def receive(sender: Any, **kwargs: Any) -> None:
+        cancelled.append(kwargs["job_id"])
+
+    signals.job_cancelled.connect(receive)
+    try:
+        workflow = chain(add.s(1, 2), add.s(3)).enqueue()
+        first, second = Job.objects.filter(workflow=workflow).order_by("id")
+        worker = Worker(concurrency=1)
+        claimed = worker.driver.claim_job(first.pk, worker.id)
+        assert claimed is not None
+        Job.objects.filter(pk=first.pk).update(cancel_requested_at=timezone.now())
+        context = JobContext(claimed, owner=worker.id, driver=worker.driver)
+        worker._running[first.pk] = RunningJob(context)
+
+        shutdown.release_remaining(worker)
+    finally:
+        signals.job_cancelled.disconnect(receive)
+
+    assert [fresh(job).status for job in (first, second)] == ["cancelled", "cancelled"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.open) == ("cancelled", 0)
+    assert cancelled == [first.pk, second.pk]

@@ -174,3 +174,81 @@ def test_the_reaper_counts_expired_leases_as_retried_or_failed() -> None:
     assert Reaper("default", interval=1.0).run_once() == 2
 
     assert (counted("retried"), counted("failed"), counted("run")) == (1, 1, 2)
+
+
+# PostgreSQL only by design: two sessions' row locks taken in a forced interleaving.
+@pytest.mark.postgres_only
+def test_a_reaper_and_a_worker_take_workflow_and_counter_locks_in_one_order():
+    """A worker's completion locks its job, the workflow, then the counter rows; the reaper
+    ending a job of the same workflow must take them in that order too, or the two deadlock
+    when they share counter rows (the same minute, queue, task and shard)."""
+    import threading
+    import zlib
+
+    from django.db import connections
+    from django.utils import timezone
+
+    from django_workqueue import group
+    from django_workqueue.maintenance import reaper
+
+    shard = zlib.crc32(b"reaper") % 8
+    owner = next(f"w-{n}" for n in range(1000) if zlib.crc32(f"w-{n}".encode()) % 8 == shard)
+    workflow = group(add.s(1, 2), add.s(3, 4)).enqueue()
+    done, dead = Job.objects.filter(workflow=workflow).order_by("id")
+    then = timezone.now() - dt.timedelta(minutes=5)
+    Job.objects.filter(pk=done.pk).update(
+        status="running", attempt=1, lease_owner=owner, started_at=then, run_after=then,
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
+    )  # fmt: skip
+    Job.objects.filter(pk=dead.pk).update(
+        status="running", attempt=3, max_attempts=3, lease_owner="gone", started_at=then,
+        run_after=then, lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
+    )  # fmt: skip
+    worker_in, reaper_in = threading.Event(), threading.Event()
+    original = counters.count
+
+    def interleaved(driver: Any, who: str, outcomes: Any, recorded: Any) -> None:
+        # The worker reaches its counters holding the workflow's row; the reaper then runs
+        # until it needs a lock the worker holds (or, in the wrong order, its counters).
+        if who == owner:
+            worker_in.set()
+            reaper_in.wait(2)
+            original(driver, who, outcomes, recorded)
+        else:
+            original(driver, who, outcomes, recorded)
+            reaper_in.set()
+
+    errors: dict[str, BaseException] = {}
+
+    def run(name: str, call: Any) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            errors[name] = exc
+        finally:
+            connections.close_all()
+
+    def complete() -> None:
+        success = Outcome(
+            job_id=done.pk, attempt=1, kind=OutcomeKind.SUCCEEDED, max_attempts=3,
+            result_json="3", task_name=done.task_name, queue=done.queue,
+        )  # fmt: skip
+        release.record(driver_for("default"), owner, [success])
+
+    def reap() -> None:
+        worker_in.wait(10)
+        reaper.run_once()
+
+    counters.count = interleaved  # type: ignore[assignment]
+    try:
+        threads = [threading.Thread(target=run, args=("worker", complete)),
+                   threading.Thread(target=run, args=("reaper", reap))]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        counters.count = original  # type: ignore[assignment]
+
+    assert errors == {}
+    assert {job.status for job in Job.objects.filter(workflow=workflow)} == {"succeeded", "failed"}
