@@ -204,6 +204,14 @@ def test_pause_and_resume_queues(scene):
     assert code == 2 and "is not one of WORKQUEUE['QUEUES']" in err
 
 
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_dry_run_on_an_unknown_queue_fails_as_the_real_run_does(scene, verb):
+    real = run(verb, "nope")
+
+    assert run(verb, "nope", "--dry-run") == real
+    assert real[0] == 2 and "is not one of WORKQUEUE['QUEUES']" in real[2]
+
+
 def test_purge_deletes_what_its_dry_run_counts(scene):
     Job.objects.filter(finished_at__isnull=False).update(finished_at=T0 - dt.timedelta(days=60))
 
