@@ -151,12 +151,23 @@ class WorkerMetrics:
     def port(self) -> int | None:
         return None if self.server is None else int(self.server.server_port)
 
+    @property
+    def address(self) -> str | None:
+        """The address it listens on."""
+        return None if self.server is None else str(self.server.server_address[0])
 
-def serve_worker_metrics(port: int, address: str = "0.0.0.0") -> WorkerMetrics:  # noqa: S104
+
+LOOPBACK = "127.0.0.1"
+
+
+def serve_worker_metrics(port: int, address: str = LOOPBACK) -> WorkerMetrics:
     """Count this process's attempts and serve them on ``port`` (any path) from a daemon
-    thread; returns the ``WorkerMetrics`` (``port`` 0: any free port, see ``.port``). Every
-    interface by default, as a scraper reaching a container needs; pass
-    ``address="127.0.0.1"`` for a local agent."""
+    thread; returns the ``WorkerMetrics`` (``port`` 0: any free port, see ``.port``).
+
+    Loopback only by default, for a local agent: the page has no authentication, so an
+    ``address`` another host can reach (``"0.0.0.0"``, every interface, as a scraper reaching
+    a container needs) shows this worker's counters (queue and task names, attempts, run
+    times) to anyone on that network; keep it to a private network or behind a firewall."""
     metrics = WorkerMetrics()
     metrics.server, _ = prometheus_client.start_http_server(
         port, addr=address, registry=metrics.registry

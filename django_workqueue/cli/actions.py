@@ -14,6 +14,7 @@ from .. import operations
 from ..maintenance import retention
 from ..models import Job, Queue
 from ..operations.jobs import BATCH_SIZE, batches
+from ..operations.queues import check_queue
 from ..states import ACTIVE, Status
 from .selection import Filters
 
@@ -163,6 +164,7 @@ def on_queues(verb: str, names: Sequence[str], alias: str, *, dry_run: bool) -> 
     changed = matched = 0
     for name in dict.fromkeys(names):
         if dry_run:
+            check_queue(name)  # as the operation does: an unknown queue is an error either way
             applies = (name not in paused) if verb == "pause" else (name in paused)
             matched += applies
             state = "paused" if name in paused else "not paused"

@@ -114,7 +114,8 @@ def _attempt(driver: Driver, job: ClaimedJob, owner: str) -> None:
     from ..worker.execution import run
 
     task = find_task(job.task_name)
-    context = JobContext(job, owner=owner, driver=driver)
+    progress = ProgressWriter()
+    context = JobContext(job, owner=owner, driver=driver, on_progress=progress.report)
     heartbeat = Heartbeat(driver, context, task.spec.timeout if task else None)
     loop = AsyncLoop() if task is not None and task.spec.is_async else None
     heartbeat.start()
@@ -126,6 +127,9 @@ def _attempt(driver: Driver, job: ClaimedJob, owner: str) -> None:
         if loop is not None:
             loop.close()
     if outcome is not None and pending:
+        if context.progress is not None:  # the last report lands with the outcome, always
+            outcome.progress = context.progress
+            outcome._encoded = None
         _record(driver, owner, outcome, job.queue)
 
 
@@ -150,6 +154,26 @@ def _record(driver: Driver, owner: str, outcome: Outcome, queue: str) -> None:
     elif outcome.status == Status.READY:  # retried at once: wake the workers
         driver.notify([queue])
         wake([queue])
+
+
+class ProgressWriter:
+    """The skip-queue's ``on_progress``: writes a report on the calling thread when the
+    worker's throttle (``worker.throttle``) says it is its turn, at most once per
+    ``WORKQUEUE["PROGRESS_INTERVAL"]``; a report within the interval waits in the context for
+    the next one past it, or for the outcome, which always carries the last report."""
+
+    def __init__(self) -> None:
+        from ..worker.throttle import ProgressThrottle
+
+        self.throttle = ProgressThrottle()
+
+    def report(self, context: JobContext) -> None:
+        now = time.monotonic()
+        if not self.throttle.due(context.job_id, now):
+            return
+        self.throttle.written([context.job_id], now)
+        if not context.write_progress():
+            logger.debug("job %s: progress not written (lease lost)", context.job_id)
 
 
 class Heartbeat(threading.Thread):

@@ -63,10 +63,16 @@ def resume_queue(name: str, *, alias: str | None = None) -> OperationResult:
     return OperationResult(action="resumed", count=1, message=f"queue {name} resumed")
 
 
-def _checked(name: str, alias: str | None) -> str:
+def check_queue(name: str) -> None:
+    """Raise ``UnknownQueue`` unless ``name`` is one of ``WORKQUEUE["QUEUES"]``: what
+    ``pause_queue`` and ``resume_queue`` check first (a dry run checks it too)."""
     if name not in conf.QUEUES:
         raise UnknownQueue(
             f"queue {describe(name)} is not one of WORKQUEUE['QUEUES'] {list(conf.QUEUES)}; "
             f"pause or resume one of those"
         )
+
+
+def _checked(name: str, alias: str | None) -> str:
+    check_queue(name)
     return alias or conf.DATABASE

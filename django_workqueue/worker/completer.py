@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 import time
 
-from ..conf import workqueue_settings as conf
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
 from ..workflow import release
 from .connections import is_transient
 from .execution import log_not_written, unstorable
+from .throttle import ProgressThrottle
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -39,7 +38,7 @@ class Completer:
         self.owner = owner
         self._outcomes: collections.deque[Outcome] = collections.deque()
         self._progress: dict[int, JobContext] = {}  # reported, not yet written
-        self._progress_written_at: dict[int, float] = {}  # job id -> monotonic time
+        self._throttle = ProgressThrottle()
         self._lock = threading.Lock()
 
     def hand_over(self, outcome: Outcome) -> None:
@@ -51,16 +50,12 @@ class Completer:
         may be written now (the control thread is worth waking), or must wait for its turn."""
         with self._lock:
             self._progress[context.job.id] = context
-            written_at = self._progress_written_at.get(context.job.id)
-        return written_at is None or time.monotonic() - written_at >= _interval()
+            return self._throttle.due(context.job.id)
 
     def progress_due_at(self) -> float:
         """When (monotonic) the first report waiting for its turn may be written, or inf."""
         with self._lock:
-            waiting = [self._progress_written_at.get(job_id) for job_id in self._progress]
-        if not waiting:
-            return math.inf
-        return min(-math.inf if at is None else at for at in waiting) + _interval()
+            return self._throttle.due_at(self._progress)
 
     def take(self, job_ids: set[int]) -> list[Outcome]:
         """Remove and return the pending outcomes of ``job_ids``."""
@@ -85,15 +80,11 @@ class Completer:
         other reports with it.
         """
         now = time.monotonic()
-        interval = _interval()
         with self._lock:
-            for job_id, at in list(self._progress_written_at.items()):
-                if now - at >= interval and job_id not in self._progress:  # throttles no more
-                    del self._progress_written_at[job_id]
+            self._throttle.expire(now, self._progress)  # throttles no more
             pending, self._progress = self._progress, {}
             for job_id in list(pending):
-                written_at = self._progress_written_at.get(job_id)
-                if written_at is not None and now - written_at < interval:  # not its turn yet
+                if not self._throttle.due(job_id, now):  # not its turn yet
                     self._progress[job_id] = pending.pop(job_id)
         reports = {job_id: context.progress_report() for job_id, context in pending.items()}
         batch = [report for report in reports.values() if report is not None]
@@ -108,8 +99,7 @@ class Completer:
             recorded = self._write_progress_one_by_one(batch, exc)
         with self._lock:
             # Tried (written, stale, or busy and kept): the job's interval starts now.
-            for job_id in pending:
-                self._progress_written_at[job_id] = now
+            self._throttle.written(pending, now)
         self._keep_progress({job_id: pending[job_id] for job_id in recorded.busy})
 
     def _keep_progress(self, contexts: dict[int, JobContext]) -> None:
@@ -169,7 +159,7 @@ class Completer:
         done = [outcome for outcome in outcomes if outcome.job_id not in busy]
         with self._lock:
             for outcome in done:
-                self._progress_written_at.pop(outcome.job_id, None)
+                self._throttle.forget(outcome.job_id)
         self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
         return done, recorded.written
 
@@ -219,7 +209,3 @@ class Completer:
             existing = {o.job_id: ("", None) for o in outcomes}
         for outcome in outcomes:
             log_not_written(outcome, gone=outcome.job_id not in existing)
-
-
-def _interval() -> float:
-    return float(conf.PROGRESS_INTERVAL)

@@ -4,12 +4,15 @@ attempts for a scraper that reads it directly."""
 
 from __future__ import annotations
 
+import io
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 
 from django_workqueue import stats
 from django_workqueue.models import WorkerProcess
@@ -125,6 +128,33 @@ def test_a_worker_serves_the_attempts_it_recorded(
     assert value("workqueue_worker_attempts_total", queue="default", task=discards.name,
                  ending="failed") == 1  # fmt: skip
     assert value("workqueue_worker_run_seconds_count", **key) == 4
+
+
+def test_a_worker_serves_its_metrics_on_loopback_unless_told_otherwise() -> None:
+    """The page has no authentication: only this host reaches it by default."""
+    served = metrics.serve_worker_metrics(0)
+    try:
+        assert served.address == "127.0.0.1"
+    finally:
+        served.stop()
+
+
+def test_runworker_metrics_address_defaults_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_workqueue.management.commands import runworker
+
+    served: list[tuple[int, str]] = []
+    monkeypatch.setattr(metrics, "serve_worker_metrics", lambda *args: served.append(args))
+    monkeypatch.setattr(runworker, "Worker", mock.MagicMock(return_value=mock.MagicMock(id="w")))
+    monkeypatch.setattr(runworker.signal, "signal", lambda *args: None)  # the test's own stay
+    monkeypatch.setattr(runworker, "_configure_logging", lambda verbosity: None)
+
+    call_command("runworker", "--burst", "--metrics-port", "9400", stdout=io.StringIO())
+    call_command(
+        "runworker", "--burst", "--metrics-port", "9400", "--metrics-address", "0.0.0.0",
+        stdout=io.StringIO(),
+    )  # fmt: skip
+
+    assert served == [(9400, "127.0.0.1"), (9400, "0.0.0.0")]
 
 
 def test_without_the_extra_the_view_says_what_to_install(

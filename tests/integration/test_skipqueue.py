@@ -31,6 +31,8 @@ from testproject.testapp.tasks import (
 from tests.support import flow_tasks
 from tests.support.database import db_now, fresh, ledger_with_pids, row_snapshot
 from tests.support.factories import JobFactory
+from tests.support.observability_tasks import reports_often
+from tests.support.settings import workqueue_settings
 from tests.support.tasks import sync_customer
 from tests.support.waiting import wait_until
 
@@ -155,6 +157,44 @@ def test_the_lease_is_renewed_while_the_attempt_runs():
 
     job = fresh(job)
     assert (job.status, job.attempt, job.result) == ("succeeded", 1, "done")
+
+
+def test_progress_is_written_at_most_once_per_interval_and_the_last_report_lands(monkeypatch):
+    writes: list[Any] = []
+    driver_class = type(driver_for("default"))
+    original = driver_class.write_progress
+
+    def counting(self: Any, owner: str, reports: Any, **kwargs: Any) -> Any:
+        writes.append(list(reports))
+        return original(self, owner, reports, **kwargs)
+
+    monkeypatch.setattr(driver_class, "write_progress", counting)
+    with workqueue_settings(PROGRESS_INTERVAL=3600):
+        job = reports_often.using(skip_queue=True).enqueue(1000)
+
+    job = fresh(job)
+    assert job.status == "succeeded"
+    assert [[report.current for report in batch] for batch in writes] == [[1]]  # the first
+    assert (job.progress_current, job.progress_total, job.progress_message) == (
+        1000, 1000, "row 1000",
+    )  # fmt: skip
+    assert job.progress_details == {"row": 1000, "last": [1000, "ok"]}
+
+
+def test_progress_past_its_interval_is_written_while_the_attempt_runs(monkeypatch):
+    writes: list[int] = []
+    driver_class = type(driver_for("default"))
+    original = driver_class.write_progress
+
+    def counting(self: Any, owner: str, reports: Any, **kwargs: Any) -> Any:
+        writes.extend(report.current for report in reports)
+        return original(self, owner, reports, **kwargs)
+
+    monkeypatch.setattr(driver_class, "write_progress", counting)
+    with workqueue_settings(PROGRESS_INTERVAL=0):  # every report is past the interval
+        reports_often.using(skip_queue=True).enqueue(3)
+
+    assert writes == [1, 2, 3]
 
 
 def test_a_cancellation_requested_while_it_runs_reaches_the_attempt():

@@ -166,7 +166,7 @@ def test_redrive_json_dry_run_then_redrive(scene):
         "action": "redrive", "dry_run": True, "matched": 1, "changed": 0,
         "messages": ["would redrive 1 job(s)"], "missing": [], "ids": [3],
     }  # fmt: skip
-    assert run("redrive", "--all", "--attempts", "2")[0] == 0
+    assert run("redrive", "--all", "--attempts", "2", "--yes")[0] == 0
     assert Job.objects.filter(pk=3).values_list("status", "max_attempts").get() == ("ready", 5)
 
 
@@ -204,6 +204,14 @@ def test_pause_and_resume_queues(scene):
     assert code == 2 and "is not one of WORKQUEUE['QUEUES']" in err
 
 
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_dry_run_on_an_unknown_queue_fails_as_the_real_run_does(scene, verb):
+    real = run(verb, "nope")
+
+    assert run(verb, "nope", "--dry-run") == real
+    assert real[0] == 2 and "is not one of WORKQUEUE['QUEUES']" in real[2]
+
+
 def test_purge_deletes_what_its_dry_run_counts(scene):
     Job.objects.filter(finished_at__isnull=False).update(finished_at=T0 - dt.timedelta(days=60))
 
@@ -215,12 +223,74 @@ def test_purge_deletes_what_its_dry_run_counts(scene):
         {"succeeded": 2, "failed": 1, "cancelled": 0},
         0,
     )
-    assert run("purge", "--status", "failed") == (
+    assert run("purge", "--status", "failed", "--yes") == (
         0, "purge deleted 1 job(s) (0 succeeded, 1 failed, 0 cancelled) and 0 workflow(s)\n", "",
     )  # fmt: skip
-    assert run("purge")[0] == 0
+    assert run("purge", "--yes")[0] == 0
     assert sorted(Job.objects.values_list("pk", flat=True)) == [4, 5, 6]
-    assert run("purge")[0] == 1
+    assert run("purge", "--noinput")[0] == 1
+
+
+class Terminal(io.StringIO):
+    """stdin at a terminal, where the operator types ``answer``."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+CHANGES_OF_EVERYTHING = [
+    ("cancel", "--all"), ("redrive", "--all"), ("hold", "--all"), ("retry", "--all"),
+    ("release", "--all"), ("purge",), ("purge", "--status", "failed"),
+]  # fmt: skip
+
+
+def _everything_old() -> list[tuple[int, str]]:
+    """Every finished job past retention (so that purge has something to delete); the rows."""
+    Job.objects.filter(finished_at__isnull=False).update(finished_at=T0 - dt.timedelta(days=60))
+    return list(Job.objects.order_by("pk").values_list("pk", "status"))
+
+
+@pytest.mark.parametrize("args", CHANGES_OF_EVERYTHING)
+def test_a_change_of_every_job_without_yes_and_without_a_terminal_is_refused(
+    scene, monkeypatch, args
+):
+    before = _everything_old()
+    monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))  # a pipe: nobody to ask
+
+    code, out, err = run(*args)
+
+    assert (code, out) == (2, "")
+    assert "--yes" in err and "--dry-run" in err and "not a terminal" in err
+    assert list(Job.objects.order_by("pk").values_list("pk", "status")) == before
+
+
+@pytest.mark.parametrize("args", CHANGES_OF_EVERYTHING)
+def test_at_a_terminal_anything_but_yes_changes_nothing(scene, monkeypatch, args):
+    before = _everything_old()
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+
+    code, _, err = run(*args)
+
+    assert (code, err.split(": ", 1)[1]) == (1, "not confirmed; nothing changed")
+    assert list(Job.objects.order_by("pk").values_list("pk", "status")) == before
+
+
+def test_at_a_terminal_typing_yes_goes_ahead(scene, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", Terminal("yes\n"))
+
+    code, out, _ = run("cancel", "--all")
+
+    assert (code, out) == (0, "3 waiting job(s) cancelled, 0 running job(s) asked to stop\n")
+    assert "workqueue cancel --all will cancel 3 job(s)." in capsys.readouterr().out
+
+
+def test_a_dry_run_or_a_change_by_id_or_filter_asks_nothing(scene, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+
+    assert run("cancel", "--all", "--dry-run")[0] == 0
+    assert run("purge", "--dry-run")[0] == 0
+    assert run("hold", "4")[0] == 0
+    assert run("cancel", "--queue", "mail")[0] == 0
 
 
 def test_purge_older_than_replaces_the_retention_settings(scene):
@@ -232,5 +302,5 @@ def test_purge_older_than_replaces_the_retention_settings(scene):
 def test_a_mutation_over_several_batches_reports_one_line():
     add.enqueue_many([((n, n), {}) for n in range(1_100)])
 
-    assert run("cancel", "--all") == (0, "cancel: 1100 of 1100 job(s) changed\n", "")
+    assert run("cancel", "--all", "--yes") == (0, "cancel: 1100 of 1100 job(s) changed\n", "")
     assert not Job.objects.exclude(status="cancelled").exists()

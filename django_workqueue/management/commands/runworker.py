@@ -166,6 +166,10 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=positive_int,
                             help="Serve this process's own Prometheus metrics on this port "
                             "(needs the 'prometheus' extra).")  # fmt: skip
+        parser.add_argument("--metrics-address", default="127.0.0.1",
+                            help="The address --metrics-port listens on (default 127.0.0.1, "
+                            "this host only; the page has no authentication: 0.0.0.0 shows "
+                            "the counters to every network that reaches the host).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         slots = slot_options(options["queues"], options["concurrency"])
@@ -207,7 +211,7 @@ class Command(BaseCommand):
             self.stdout.write("runworker: stopped while waiting for the database")
             return
         if options["metrics_port"]:
-            _serve_metrics(options["metrics_port"])
+            _serve_metrics(options["metrics_port"], options["metrics_address"])
         worker = Worker(
             **slots,
             burst=options["burst"],
@@ -221,18 +225,19 @@ class Command(BaseCommand):
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
 
 
-def _serve_metrics(port: int) -> None:
+def _serve_metrics(port: int, address: str) -> None:
     try:
         from ...metrics import serve_worker_metrics
     except ImportError as exc:
         raise CommandError(f"--metrics-port: {exc}") from None
     try:
-        serve_worker_metrics(port)
+        serve_worker_metrics(port, address)
     except OSError as exc:
         raise CommandError(
-            f"--metrics-port {port}: cannot listen ({exc}); pick a free port"
+            f"--metrics-port {port} --metrics-address {address}: cannot listen ({exc}); pick a "
+            f"free port and an address of this host"
         ) from None
-    logger.info("serving this worker's metrics on port %d", port)
+    logger.info("serving this worker's metrics on %s port %d", address, port)
 
 
 def _nothing_to_run() -> str:

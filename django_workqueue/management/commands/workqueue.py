@@ -2,8 +2,9 @@
 calls library code: ``django_workqueue.cli`` reads and renders, ``django_workqueue.operations``
 changes jobs and queues. See docs/reference/cli.md.
 
-Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change; 2 an error
-(bad arguments, an unknown job id or queue).
+Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change, or the
+operator did not confirm it; 2 an error (bad arguments, an unknown job id or queue, a change
+that needs a confirmation, without --yes, and no terminal to ask it on).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...cli import actions, reports, tables
+from ...cli.confirmation import confirm
 from ...cli.selection import add_filter_arguments, duration, filters_from, job_id, status
 from ...conf import workqueue_settings as conf
 from ...exceptions import UnknownQueue
@@ -48,13 +50,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
-        def sub(name: str, help: str, *, dry_run: bool = False) -> argparse.ArgumentParser:
+        def sub(
+            name: str, help: str, *, dry_run: bool = False, confirms: bool = False
+        ) -> argparse.ArgumentParser:
             child = commands.add_parser(name, help=help, description=help)
             child.add_argument("--json", action="store_true", help="Print JSON for scripts.")
             if dry_run:
                 child.add_argument(
                     "--dry-run", action="store_true", help="Show what would change; change nothing."
                 )
+            if confirms:
+                child.add_argument(
+                    "--yes", "--noinput", "--no-input", action="store_true", dest="yes",
+                    help="Do not ask for confirmation (needed without a terminal).",
+                )  # fmt: skip
             return child
 
         sub("status", "Jobs by queue and status, paused queues, live workers.")
@@ -65,7 +74,7 @@ class Command(BaseCommand):
         show.add_argument("id", type=job_id)
         show.add_argument("--tracebacks", action="store_true", help="Show errors' tracebacks.")
         for name, help in _JOB_ACTIONS.items():
-            child = sub(name, help, dry_run=True)
+            child = sub(name, help, dry_run=True, confirms=True)
             child.add_argument("ids", nargs="*", type=job_id, metavar="ID")
             add_filter_arguments(child)
             child.add_argument(
@@ -77,7 +86,10 @@ class Command(BaseCommand):
                 )
         for name, help in (("pause", "Stop claims from queues."), ("resume", "Resume queues.")):
             sub(name, help, dry_run=True).add_argument("queues", nargs="+", metavar="QUEUE")
-        purge = sub("purge", "Delete finished jobs past WORKQUEUE['RETENTION'] now.", dry_run=True)
+        purge = sub(
+            "purge", "Delete finished jobs past WORKQUEUE['RETENTION'] now.", dry_run=True,
+            confirms=True,
+        )  # fmt: skip
         purge.add_argument(
             "--older-than", type=duration, metavar="AGE",
             help="Instead of the retention settings: finished more than AGE ago (7d, 12h).",
@@ -134,6 +146,8 @@ class Command(BaseCommand):
             report = actions.on_ids(action, ids, alias, dry_run=dry_run)
         else:
             total = None if dry_run else actions.on_filter_total(action, filters, alias)
+            if options["all"] and not dry_run and not options["yes"]:
+                self._confirm(f"{name} --all", f"{name} {total} job(s)")
             with tables.progress_bar(self.stderr, name, total) as advance:
                 report = actions.on_filter(action, filters, alias, dry_run=dry_run, advance=advance)
         self._report(report)
@@ -142,6 +156,8 @@ class Command(BaseCommand):
         policy = actions.purge_policy(options["status"], options["older_than"])
         dry_run = options["dry_run"]
         total = None if dry_run else actions.purge_total(policy, alias)
+        if not dry_run and not options["yes"]:
+            self._confirm("purge", f"delete {total} finished job(s) and their finished workflows")
         with tables.progress_bar(self.stderr, "purge", total) as advance:
             result = actions.purge(policy, alias, dry_run=dry_run, advance=advance)
         if self.json:
@@ -155,6 +171,12 @@ class Command(BaseCommand):
             )
         if not result["total"] and not result["workflows"]:
             raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _confirm(self, command: str, change: str) -> None:
+        confirm(
+            change, command=f"workqueue {command}", returncode=ERROR,
+            declined_returncode=NOTHING_CHANGED,
+        )  # fmt: skip
 
     def _show(self, data: Any, render: Any) -> None:
         if self.json:
