@@ -31,6 +31,16 @@ from .exceptions import JobNotFinished
 from .states import ACTIVE, TERMINAL, CatchUp, RunCondition, Status, WorkflowStatus
 
 
+class AuditSource(models.TextChoices):
+    """The surface an operator's change came through."""
+
+    ADMIN = "admin"
+    API = "api"
+    CLI = "cli"
+    WEBSOCKET = "websocket"
+    CODE = "code"
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def active(self) -> JobQuerySet:
         return self.filter(status__in=ACTIVE)
@@ -172,6 +182,17 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # What each codename allows, and which operation needs it: permissions.py.
+        permissions = [
+            ("view_job_payload", "Can view job arguments and results"),
+            ("view_job_traceback", "Can view job tracebacks"),
+            ("cancel_job", "Can cancel jobs"),
+            ("retry_job", "Can retry and redrive jobs"),
+            ("hold_job", "Can hold and release jobs"),
+            ("purge_job", "Can purge finished jobs"),
+            ("manage_queue", "Can pause and resume queues"),
+            ("manage_schedule", "Can manage schedules"),
+        ]
         indexes = [
             models.Index(
                 "queue",
@@ -476,3 +497,26 @@ class StatsCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%H:%M} {self.queue}/{self.task_name} {self.name}[{self.bucket}]"
+
+
+class AuditRecord(models.Model):
+    """One operator's change: who, when, which action, on which jobs, how many it changed.
+
+    Written by ``audit.record()``, in the transaction of the change where it runs in one. The
+    user is a snapshot (primary key and username), not a foreign key: the trail outlives
+    deleted users, and the app does not depend on the user model's shape.
+    """
+
+    created_at = models.DateTimeField(db_default=Now(), db_index=True)
+    user_pk = models.CharField(max_length=64, blank=True, default="")
+    actor = models.CharField(max_length=150, help_text='A username, "system" or "cli:<os user>".')
+    action = models.CharField(max_length=32)
+    target = models.JSONField(default=dict, help_text="The ids or the filter the action targeted.")
+    changed = models.PositiveIntegerField(default=0)
+    source = models.CharField(max_length=16, choices=AuditSource.choices)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} ({self.changed} changed, {self.source})"

@@ -1,7 +1,7 @@
 """The mutations of ``manage.py workqueue``: each goes through ``django_workqueue.operations``
 (or retention's ``purge``), job by job for the ids an operator names, in batches of
 ``operations.jobs.BATCH_SIZE`` for a filter; a dry run reads what would change and writes
-nothing."""
+nothing. Every change (not a dry run) is audited: ``audit_target`` says what it targeted."""
 
 from __future__ import annotations
 
@@ -218,3 +218,24 @@ def purge_total(policy: retention.Policy, alias: str) -> int:
 def on_filter_total(action: Action, filters: Filters, alias: str) -> int:
     """How many jobs ``on_filter`` will go through (the progress bar's total)."""
     return filters.apply(Job.objects.using(alias)).filter(status__in=action.applies_to).count()
+
+
+def audit_target(
+    ids: Sequence[int] = (), filters: Filters | None = None, *, everything: bool = False
+) -> dict[str, Any]:
+    """What a job mutation targeted, for its audit record: the ids, or the filter."""
+    if ids:
+        return {"ids": list(dict.fromkeys(ids))}
+    chosen: dict[str, Any] = {}
+    if filters is not None:
+        chosen = {
+            "queue": list(filters.queues), "task": list(filters.tasks),
+            "status": list(filters.statuses), "error": filters.error,
+            "older_than_seconds": (
+                None if filters.older_than is None else filters.older_than.total_seconds()
+            ),
+        }  # fmt: skip
+    target: dict[str, Any] = {"filter": {key: value for key, value in chosen.items() if value}}
+    if everything:
+        target["all"] = True
+    return target

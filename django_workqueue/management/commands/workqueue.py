@@ -1,6 +1,7 @@
 """``manage.py workqueue``: the operator's command. It parses and validates the arguments, then
 calls library code: ``django_workqueue.cli`` reads and renders, ``django_workqueue.operations``
-changes jobs and queues. See docs/reference/cli.md.
+changes jobs and queues. Every change (not a dry run) writes an audit record (source "cli",
+the OS user). See docs/reference/cli.md.
 
 Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change, or the
 operator did not confirm it; 2 an error (bad arguments, an unknown job id or queue, a change
@@ -14,12 +15,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import audit
 from ...cli import actions, reports, tables
 from ...cli.confirmation import confirm
 from ...cli.selection import add_filter_arguments, duration, filters_from, job_id, status
 from ...conf import workqueue_settings as conf
 from ...exceptions import UnknownQueue
-from ...models import Job
+from ...models import AuditSource, Job
 from ...registry import MAX_ATTEMPTS
 
 NOTHING_CHANGED = 1
@@ -125,6 +127,9 @@ class Command(BaseCommand):
                 )
             except UnknownQueue as exc:
                 raise CommandError(str(exc), returncode=ERROR) from exc
+            if not report.dry_run:
+                queues = list(dict.fromkeys(options["queues"]))
+                self._audit(alias, subcommand, {"queues": queues}, report.changed)
             return self._report(report)
         if subcommand == "purge":
             return self._purge(alias, options)
@@ -150,6 +155,9 @@ class Command(BaseCommand):
                 self._confirm(f"{name} --all", f"{name} {total} job(s)")
             with tables.progress_bar(self.stderr, name, total) as advance:
                 report = actions.on_filter(action, filters, alias, dry_run=dry_run, advance=advance)
+        if not dry_run:
+            target = actions.audit_target(ids, filters, everything=options["all"])
+            self._audit(alias, name, target, report.changed)
         self._report(report)
 
     def _purge(self, alias: str, options: dict[str, Any]) -> None:
@@ -160,6 +168,9 @@ class Command(BaseCommand):
             self._confirm("purge", f"delete {total} finished job(s) and their finished workflows")
         with tables.progress_bar(self.stderr, "purge", total) as advance:
             result = actions.purge(policy, alias, dry_run=dry_run, advance=advance)
+        if not dry_run:
+            target = {"retention_days": result["retention_days"]}
+            self._audit(alias, "purge", target, result["total"])
         if self.json:
             tables.dump(self.stdout, result)
         else:
@@ -171,6 +182,11 @@ class Command(BaseCommand):
             )
         if not result["total"] and not result["workflows"]:
             raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _audit(self, alias: str, action: str, target: dict[str, Any], changed: int) -> None:
+        # After the change, in a transaction of its own: a change by filter or a purge runs in
+        # many transactions (one per batch), and one record with the total serves the reader.
+        audit.record(audit.cli_actor(), action, target, changed, AuditSource.CLI, alias=alias)
 
     def _confirm(self, command: str, change: str) -> None:
         confirm(

@@ -1,0 +1,29 @@
+"""The Django admin of the job queue. For now the audit trail: every operator change, read-only
+(records are written by ``audit.record()``, never by hand)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import AuditRecord
+
+
+@admin.register(AuditRecord)
+class AuditRecordAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor", "action", "source", "changed"]
+    list_filter = ["source"]  # from its choices: no DISTINCT over the trail
+    search_fields = ["actor", "action"]
+    readonly_fields = ["created_at", "user_pk", "actor", "action", "target", "changed", "source"]
+    show_full_result_count = False  # no COUNT(*) over a long trail
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
