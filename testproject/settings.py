@@ -4,6 +4,7 @@ DATABASE_URL=sqlite:///demo.sqlite3             (default)
 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
 """
 
+import importlib.util
 from pathlib import Path
 
 import environ
@@ -29,6 +30,13 @@ INSTALLED_APPS = [
     "testproject.testapp",
     "testproject.demo",
 ]
+# The API and the websockets are optional extras: the project runs without them (tox env base).
+HAS_API = all(importlib.util.find_spec(name) for name in ("rest_framework", "drf_spectacular"))
+HAS_REALTIME = importlib.util.find_spec("channels") is not None
+if HAS_API:
+    INSTALLED_APPS += ["rest_framework", "drf_spectacular"]
+if HAS_REALTIME:
+    INSTALLED_APPS += ["channels"]  # after django_workqueue: our runworker wins (DESIGN.md)
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

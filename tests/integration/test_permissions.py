@@ -8,17 +8,11 @@ from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.core.exceptions import PermissionDenied
 
 from django_workqueue import permissions
+from tests.support.users import user_with
 
 pytestmark = pytest.mark.django_db
 
 ACTIONS = sorted(permissions.ACTIONS)
-
-
-def user_with(*codenames: str, **fields: object) -> User:
-    user = User.objects.create_user(username="ops", password="x", **fields)
-    ours = Permission.objects.filter(content_type__app_label="django_workqueue")
-    user.user_permissions.set(ours.filter(codename__in=codenames))
-    return User.objects.get(pk=user.pk)  # a fresh instance: permissions are cached per instance
 
 
 def test_every_codename_the_actions_need_exists_after_migrate():
