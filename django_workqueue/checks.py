@@ -85,6 +85,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    if not isinstance(conf.CLI_REQUIRE_USER, bool):
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['CLI_REQUIRE_USER'] must be True or False, "
+                f"got {conf.CLI_REQUIRE_USER!r}.",
+                id="django_workqueue.E002",
+            )
+        )
     jitter = conf.RETRY_JITTER
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         errors.append(

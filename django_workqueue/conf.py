@@ -79,6 +79,10 @@ DEFAULTS: dict[str, Any] = {
     # A secret a Prometheus scraper sends as "Authorization: Bearer <token>" to read
     # django_workqueue.views.metrics; None: only users with django_workqueue.view_job may.
     "METRICS_TOKEN": None,
+    # manage.py workqueue --user NAME acts for that user: it checks the user's workqueue
+    # permissions and audits under their name. True: the command refuses to run without
+    # --user (docs/reference/cli.md#permissions).
+    "CLI_REQUIRE_USER": False,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
     # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping

@@ -186,7 +186,8 @@ def job(data: dict[str, Any]) -> list[RenderableType]:
         text = _when(value) if name in _TIMES else str(value)
         fields.add_row(name, _status(text) if name == "status" else escape(text))
     for name in ("args", "kwargs", "result"):
-        fields.add_row(name, escape(json.dumps(data[name])))
+        hidden = data.get("payload_hidden")
+        fields.add_row(name, _HIDDEN if hidden else escape(json.dumps(data[name])))
     progress = data["progress"]
     if progress["current"] is not None or progress["message"]:
         fields.add_row("progress", escape(_progress(progress)))
@@ -210,6 +211,8 @@ def job(data: dict[str, Any]) -> list[RenderableType]:
         shown.append(errors)
     return shown
 
+
+_HIDDEN = "[dim](hidden: needs django_workqueue.view_job_payload)[/dim]"
 
 _SCALARS = (
     "id", "task", "queue", "status", "priority", "attempt", "max_attempts", "enqueued_at",

@@ -1,7 +1,8 @@
 """``manage.py workqueue``: the operator's command. It parses and validates the arguments, then
 calls library code: ``django_workqueue.cli`` reads and renders, ``django_workqueue.operations``
 changes jobs and queues. Every change (not a dry run) writes an audit record (source "cli",
-the OS user). See docs/reference/cli.md.
+the OS user, or the Django user named by --user, whose permissions are then checked). See
+docs/reference/cli.md.
 
 Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change, or the
 operator did not confirm it; 2 an error (bad arguments, an unknown job id or queue, a change
@@ -17,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import audit
 from ...cli import actions, reports, tables
+from ...cli.authority import Authority, NotAllowed
 from ...cli.confirmation import confirm
 from ...cli.selection import add_filter_arguments, duration, filters_from, job_id, status
 from ...conf import workqueue_settings as conf
@@ -50,6 +52,11 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []  # an operator's tool must work on a broken config
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--user", metavar="NAME",
+            help="Act for this Django user: its workqueue permissions are checked and the audit "
+            "trail names it (required when WORKQUEUE['CLI_REQUIRE_USER'] is on).",
+        )  # fmt: skip
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
         def sub(
@@ -106,6 +113,11 @@ class Command(BaseCommand):
         alias = conf.DATABASE
         subcommand = options["subcommand"]
         self.json = options["json"]
+        try:
+            self.authority = Authority(options.get("user"))
+            self.authority.require(subcommand, tracebacks=bool(options.get("tracebacks")))
+        except NotAllowed as exc:
+            raise CommandError(str(exc), returncode=ERROR) from exc
         if subcommand == "status":
             return self._show(reports.status(alias), tables.status)
         if subcommand == "workers":
@@ -118,7 +130,10 @@ class Command(BaseCommand):
             job = Job.objects.using(alias).filter(pk=options["id"]).first()
             if job is None:
                 raise CommandError(f"there is no job {options['id']}", returncode=ERROR)
-            detail = reports.job_detail(job, tracebacks=options["tracebacks"])
+            detail = self.authority.disclosed(
+                reports.job_detail(job, tracebacks=options["tracebacks"]), job.errors,
+                tracebacks=options["tracebacks"],
+            )  # fmt: skip
             return self._show(detail, tables.job)
         if subcommand in ("pause", "resume"):
             try:
@@ -186,7 +201,7 @@ class Command(BaseCommand):
     def _audit(self, alias: str, action: str, target: dict[str, Any], changed: int) -> None:
         # After the change, in a transaction of its own: a change by filter or a purge runs in
         # many transactions (one per batch), and one record with the total serves the reader.
-        audit.record(audit.cli_actor(), action, target, changed, AuditSource.CLI, alias=alias)
+        audit.record(self.authority.actor, action, target, changed, AuditSource.CLI, alias=alias)
 
     def _confirm(self, command: str, change: str) -> None:
         confirm(
