@@ -4,7 +4,7 @@ PYTHON ?= python3
 CHAOS_REPORT ?= $(CURDIR)/chaos-report.jsonl
 CHAOS_ENVS ?= py311-django52-postgres,py311-django52-sqlite
 
-.PHONY: test chaos bench
+.PHONY: test chaos bench screenshots
 
 test:  ## the whole matrix, as CI runs it
 	$(PYTHON) -m tox
@@ -19,3 +19,7 @@ chaos:
 
 bench:  ## the full benchmark against the peers (see docs/explanation/performance.md)
 	$(PYTHON) bench/run.py
+
+# The README's pictures, taken by the browser tests (tests/browser) in the system's Chromium.
+screenshots:
+	WORKQUEUE_UPDATE_SCREENSHOTS=1 $(PYTHON) -m tox -e py311-django52-sqlite -- tests/browser

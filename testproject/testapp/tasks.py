@@ -132,6 +132,15 @@ def crash(context):
 
 
 @task
+def slow_progress(context, steps, step_seconds=0.5):
+    """Long enough to be watched: one progress report per step (the browser tests)."""
+    for n in range(1, steps + 1):
+        time.sleep(step_seconds)
+        context.set_progress(n, steps, f"step {n} of {steps}")
+    return steps
+
+
+@task
 def progress(context, steps):
     for n in range(1, steps + 1):
         context.set_progress(n, steps, f"step {n}")
