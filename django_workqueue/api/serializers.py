@@ -35,7 +35,7 @@ class ErrorSerializer(serializers.Serializer):
     )
     traceback = serializers.CharField(
         required=False, allow_null=True,
-        help_text="Present with the traceback permission only (view_job_traceback).",
+        help_text="Null without the traceback permission (view_job_traceback).",
     )  # fmt: skip
 
 
