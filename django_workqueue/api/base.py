@@ -77,6 +77,10 @@ class WorkqueueView:
     parser_classes: ClassVar[list[Any]] = [BoundedJSONParser]
     renderer_classes: ClassVar[list[Any]] = [JSONRenderer]
     schema = AutoSchema()
+    metadata_class = None
+    http_method_names: ClassVar[list[str]] = ["get", "post", "head"]
+    """No OPTIONS descriptions (the OpenAPI schema describes every route), and no PUT, PATCH
+    or DELETE: reads are GET, changes are POST."""
     workqueue_actions: ClassVar[dict[str, str]] = {}
     """Route (a viewset action, or an HTTP method in lower case) -> workqueue action."""
 

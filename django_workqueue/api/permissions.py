@@ -2,7 +2,7 @@
 
 A view says which workqueue action each of its routes is (``workqueue_actions``: a viewset's
 action name, or an HTTP method in lower case, to a key of ``permissions.ACTIONS``); a route it
-does not name is denied, whoever asks.
+does not name is denied, whoever asks. HEAD is its GET's.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ def required_action(request: Request, view: Any) -> str | None:
     name (denied)."""
     actions: dict[str, str] = getattr(view, "workqueue_actions", {})
     route = getattr(view, "action", None) or request.method.lower()
+    if route == "head":  # a GET without its body
+        route = "get"
     return actions.get(route)
 
 
@@ -32,6 +34,9 @@ class HasWorkqueuePermission(BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
+        method = request.method.lower()
+        if method not in view.http_method_names or not hasattr(view, method):
+            return True  # no handler: the view answers 405 Method Not Allowed, changing nothing
         action = required_action(request, view)
         if action is None:
             return False

@@ -1,4 +1,4 @@
-"""The permission matrix of the HTTP API: every route × every role (anonymous, authenticated
+"""The permission matrix of the HTTP API: every route by every role (anonymous, authenticated
 without permissions, viewer, operator, superuser). A refused change changes nothing and is
 not audited; an allowed one is audited with source "api"."""
 

@@ -20,11 +20,14 @@ def basic(username: str, password: str = "x") -> str:
 
 
 def user_for(role: str) -> User | None:
-    """A new user of ``role`` (None for anonymous)."""
+    """The user of ``role`` (made on first use; None for anonymous)."""
     if role == "anonymous":
         return None
+    existing = User.objects.filter(username=role).first()
+    if existing is not None:
+        return existing
     if role == "superuser":
-        return User.objects.create_superuser(username="root", password="x")
+        return User.objects.create_superuser(username="superuser", password="x")
     codenames = {"nobody": (), "viewer": VIEWER, "operator": OPERATOR}[role]
     return user_with(*codenames, username=role)
 

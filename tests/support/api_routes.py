@@ -66,7 +66,9 @@ MUTATIONS = [
         status=201,
     ),
     Route("cancel", "cancel_job", _on_job("cancel"), lambda: _status_of() == Status.CANCELLED),
-    Route("retry", "retry_job", _on_job("retry", failed=True), lambda: _status_of() == Status.READY),
+    Route(
+        "retry", "retry_job", _on_job("retry", failed=True), lambda: _status_of() == Status.READY
+    ),
     Route("hold", "hold_job", _on_job("hold"), lambda: _status_of() == Status.HELD),
     Route(
         "release", "hold_job", _on_job("release", status=Status.HELD),
@@ -77,7 +79,10 @@ MUTATIONS = [
         lambda: (_job(failed=True), (f"{API}jobs/redrive/", {"all": True}))[1],
         lambda: _status_of() == Status.READY,
     ),
-    Route("pause", "manage_queue", lambda: (f"{API}queues/mail/pause/", None), lambda: _paused("mail")),
+    Route(
+        "pause", "manage_queue", lambda: (f"{API}queues/mail/pause/", None),
+        lambda: _paused("mail"),
+    ),
     Route("resume", "manage_queue", _resume_prepare, lambda: not _paused("mail")),
     Route(
         "run_schedule", "manage_schedule", _schedule_prepare,
