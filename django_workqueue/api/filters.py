@@ -152,7 +152,12 @@ def _time(value: Any, name: str, problems: dict[str, str]) -> datetime | None:
             parsed = parse_datetime(value.strip())
         except ValueError:  # well formed but impossible, e.g. February 30th
             parsed = None
-    if parsed is None:
-        problems[name] = "give an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z"
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed is not None:
+        if parsed.tzinfo is None:
+            return parsed.replace(tzinfo=UTC)
+        try:  # in UTC: PostgreSQL refuses offsets beyond ±15:59, which ISO 8601 allows
+            return parsed.astimezone(UTC)
+        except OverflowError:  # before the year 1 or after 9999 in UTC
+            pass
+    problems[name] = "give an ISO 8601 date and time, e.g. 2026-01-31T12:00:00Z"
+    return None

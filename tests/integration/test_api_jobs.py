@@ -293,3 +293,13 @@ def test_a_body_far_over_the_payload_limit_is_refused_before_it_is_parsed(settin
 
     assert response.status_code == 413
     assert "MAX_PAYLOAD_BYTES" in response.json()["detail"]
+
+
+def test_a_time_filter_with_any_offset_iso_8601_allows_works_on_every_database():
+    job = JobFactory()
+
+    far_west = client_as("viewer").get(f"{API}jobs/?created_before=2999-06-07T05:10:48-17:59")
+    overflow = client_as("viewer").get(f"{API}jobs/?created_after=0001-01-01T00:00:00%2B05:00")
+
+    assert ids(far_west) == [job.pk]
+    assert overflow.status_code == 400
