@@ -25,9 +25,7 @@ SCHEMA_SETTINGS = {
     "TITLE": "django-workqueue HTTP API",
     "DESCRIPTION": (
         "Jobs, workflows, queues, schedules, workers and statistics of django-workqueue. "
-        "Authenticate with HTTP basic or a Django session (send the CSRF token with "
-        "session-authenticated POSTs). Every route needs a workqueue permission; changes are "
-        "POST only and audited."
+        "HTTP basic or session authentication; every route needs a workqueue permission."
     ),
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from ..disclosure import Clearance
 from ..models import Job, Schedule, Workflow
 from ..registry import MAX_ATTEMPTS
-from ..states import Status
+from ..states import CatchUp, Status, WorkflowStatus
 from .filters import MAX_VALUES
 
 MAX_DELAY = 366 * 24 * 3600
@@ -116,7 +116,7 @@ class JobSerializer(JobSummarySerializer):
 
 
 class EnqueueSerializer(serializers.Serializer):
-    """A job to enqueue: a task registered with ``api=True``, its arguments, and options."""
+    """A job to enqueue: a task registered with `api=True`, its arguments, and options."""
 
     task = serializers.CharField(max_length=200, help_text="The task's registered name.")
     args = serializers.ListField(child=serializers.JSONField(), default=list)
@@ -131,8 +131,8 @@ class EnqueueSerializer(serializers.Serializer):
 
 
 class RedriveSerializer(serializers.Serializer):
-    """Which failed jobs to move back to ready: a filter (or ``all``), tried first with
-    ``dry_run``."""
+    """Which failed jobs to move back to ready: a filter (or `all`), tried first with
+    `dry_run`."""
 
     queue = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=MAX_VALUES, required=False
@@ -205,21 +205,23 @@ class GraphSerializer(serializers.Serializer):
     truncated = serializers.BooleanField(help_text="True when only the first jobs are here.")
 
 
-class WorkflowSummarySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Workflow
-        fields: tuple[str, ...] = (
-            "id", "name", "status", "total", "open", "succeeded", "failed", "cancelled",
-            "created_at", "finished_at", "cancel_requested_at",
-        )  # fmt: skip
+class WorkflowSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=WorkflowStatus.choices)
+    total = serializers.IntegerField(help_text="Jobs in it.")
+    open = serializers.IntegerField(help_text="Jobs not finished yet.")
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    cancel_requested_at = serializers.DateTimeField(allow_null=True)
 
 
 class WorkflowSerializer(WorkflowSummarySerializer):
-    result = serializers.SerializerMethodField()
+    result = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
     graph = serializers.SerializerMethodField()
-
-    class Meta(WorkflowSummarySerializer.Meta):
-        fields = (*WorkflowSummarySerializer.Meta.fields, "result", "graph")
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_result(self, workflow: Workflow) -> Any:
@@ -230,16 +232,19 @@ class WorkflowSerializer(WorkflowSummarySerializer):
         return self.context["graph"]
 
 
-class ScheduleSerializer(serializers.ModelSerializer):
-    args = serializers.SerializerMethodField()
-    kwargs = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Schedule
-        fields = (
-            "name", "task_name", "cron", "timezone", "args", "kwargs", "queue", "enabled",
-            "catch_up", "source", "next_run_at", "last_run_at",
-        )  # fmt: skip
+class ScheduleSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    task_name = serializers.CharField()
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    args = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
+    kwargs = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
+    queue = serializers.CharField(allow_null=True, help_text="None: the task's own queue.")
+    enabled = serializers.BooleanField()
+    catch_up = serializers.ChoiceField(choices=CatchUp.choices)
+    source = serializers.CharField()
+    next_run_at = serializers.DateTimeField(allow_null=True)
+    last_run_at = serializers.DateTimeField(allow_null=True)
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_args(self, schedule: Schedule) -> Any:
