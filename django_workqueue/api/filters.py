@@ -110,10 +110,15 @@ def parse(values: Mapping[str, Any]) -> JobFilters:
             value = [value]
         if (
             not isinstance(value, list)
-            or not all(isinstance(item, str) and 0 < len(item) <= 200 for item in value)
+            or not all(
+                isinstance(item, str) and 0 < len(item) <= 200 and "\x00" not in item
+                for item in value
+            )
             or len(value) > MAX_VALUES
         ):
-            problems[name] = f"give a list of at most {MAX_VALUES} names (strings)"
+            problems[name] = (
+                f"give at most {MAX_VALUES} names (strings of 1 to 200 characters, no NUL)"
+            )
             continue
         lists[name] = tuple(dict.fromkeys(value))
     bad = [status for status in lists.get("status", ()) if status not in Status.values]

@@ -10,6 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -115,6 +116,8 @@ class ScheduleViewSet(WorkqueueView, viewsets.ViewSet):
     )  # fmt: skip
     @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
+        if "\x00" in name:  # no name holds one (PostgreSQL would refuse to compare it)
+            raise NotFound(f"no schedule is named {name!r}")
         job = operations.run_schedule_now(name)
         audit.record(
             request.user, "run_schedule", {"schedule": name, "ids": [job.pk]}, 1, AuditSource.API
