@@ -10,7 +10,12 @@ from typing import Any
 
 from django.urls import include, path
 from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.renderers import OpenApiJsonRenderer, OpenApiYamlRenderer
+from drf_spectacular.renderers import (
+    OpenApiJsonRenderer,
+    OpenApiJsonRenderer2,
+    OpenApiYamlRenderer,
+    OpenApiYamlRenderer2,
+)
 from drf_spectacular.settings import patched_settings
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.request import Request
@@ -48,9 +53,12 @@ def build_schema(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
 
 
 class SchemaView(WorkqueueView, SpectacularAPIView):
-    """``schema/``: the OpenAPI document, JSON (or YAML with ``?format=yaml``)."""
+    """``schema/``: the OpenAPI document, JSON (or YAML with ``?format=yaml`` or an Accept
+    header asking for it)."""
 
-    renderer_classes = [OpenApiJsonRenderer, OpenApiYamlRenderer]  # type: ignore[misc]
+    renderer_classes = [  # type: ignore[misc]
+        OpenApiJsonRenderer, OpenApiJsonRenderer2, OpenApiYamlRenderer, OpenApiYamlRenderer2,
+    ]  # fmt: skip
     workqueue_actions = {"get": "view"}
 
     @documented(exclude=True)

@@ -68,6 +68,23 @@ def test_the_served_schema_is_the_generated_one_and_needs_view_job():
     assert client_as("anonymous").get(f"{API}schema/").status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("accept", "query", "starts"),
+    [
+        ("application/json", "", "{"),
+        ("application/vnd.oai.openapi+json", "", "{"),
+        ("*/*", "", "{"),
+        ("*/*", "?format=yaml", "openapi:"),
+        ("application/yaml", "", "openapi:"),
+    ],
+)
+def test_the_schema_is_served_as_json_or_yaml(accept, query, starts):
+    response = client_as("viewer").get(f"{API}schema/{query}", HTTP_ACCEPT=accept)
+
+    assert response.status_code == 200
+    assert response.content.decode().startswith(starts)
+
+
 @pytest.fixture
 def wsgi_app() -> Iterator[WSGIHandler]:
     """The project's WSGI application on this test's connection: as Django's test client does,
