@@ -8,8 +8,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from django_workqueue import chain
 from django_workqueue.models import AuditRecord, Job, Workflow
 from django_workqueue.states import Status
+from testproject.testapp.tasks import api_add
 from tests.support.api import API, basic, client_as
 from tests.support.factories import JobFactory
 from tests.support.users import VIEWER, user_with
@@ -303,3 +305,22 @@ def test_a_time_filter_with_any_offset_iso_8601_allows_works_on_every_database()
 
     assert ids(far_west) == [job.pk]
     assert overflow.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["jobs/", "workflows/"])
+def test_a_list_page_costs_the_same_queries_however_many_rows_it_holds(path: str):
+    client = client_as("viewer")
+    client.get(f"{API}{path}")  # the user's permissions are read once per request
+
+    def queries_for(rows: int) -> int:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        for _ in range(rows):  # jobs in workflows: reading a job's workflow must cost nothing
+            workflow = chain(api_add.s(1)).enqueue()
+            JobFactory(workflow=workflow)
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(f"{API}{path}").status_code == 200
+        return len(captured)
+
+    assert queries_for(2) == queries_for(40)
