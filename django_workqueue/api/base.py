@@ -55,7 +55,10 @@ class BoundedJSONParser(JSONParser):
                 f"the request body is larger than {limit:,} bytes: the arguments may take "
                 f"{conf.MAX_PAYLOAD_BYTES:,} (WORKQUEUE['MAX_PAYLOAD_BYTES'])"
             )
-        return super().parse(io.BytesIO(body), media_type, parser_context)
+        try:
+            return super().parse(io.BytesIO(body), media_type, parser_context)
+        except RecursionError:  # "[[[[…" a hundred thousand deep: json gives up, not a 500
+            raise exceptions.ParseError("JSON parse error - nested too deeply") from None
 
 
 def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:

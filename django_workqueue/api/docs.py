@@ -25,7 +25,10 @@ The paths below assume that prefix. Every route:
 
 - authenticates with HTTP basic or a Django session, whatever the project's
   `REST_FRAMEWORK` defaults say. Session-authenticated POSTs need the CSRF token
-  (`X-CSRFToken` header); anonymous requests get 401.
+  (`X-CSRFToken` header); anonymous requests get 401. Serve it over HTTPS only: basic
+  authentication sends the password with every request, and the server checks it every time
+  (a password hash, on purpose slow), so a client making many calls should log in once and
+  use the session.
 - needs one workqueue permission, named in its description: the same permissions the admin,
   the websockets and `manage.py workqueue` check ([permissions](../explanation/permissions.md)).
   Without it the answer is 403 and names the permission to grant.

@@ -183,3 +183,14 @@ def test_a_nul_character_is_refused_before_it_reaches_the_database(method, path,
     response = getattr(client, method)(f"{API}{path}", body, format="json")
 
     assert response.status_code == status
+
+
+def test_json_nested_too_deeply_is_a_400():
+    body = "[" * 100_000 + "]" * 100_000
+
+    response = client_as("superuser").post(
+        f"{API}jobs/redrive/", body, content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["detail"]
