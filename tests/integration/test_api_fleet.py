@@ -53,6 +53,27 @@ def test_a_workflow_result_is_redacted_without_the_payload_permission():
     assert get(f"workflows/{workflow.pk}/", "operator")["result"] == {"password": "hunter2"}
 
 
+def test_cancel_a_workflow_stops_its_jobs_and_is_audited():
+    workflow = chain(api_add.s(1), api_add.s()).enqueue()
+
+    response = client_as("operator").post(f"{API}workflows/{workflow.pk}/cancel/")
+
+    assert response.json()["action"] == "cancelled"
+    assert response.json()["count"] == 2
+    assert set(Job.objects.values_list("status", flat=True)) == {Status.CANCELLED}
+    record = AuditRecord.objects.get()
+    assert (record.action, record.target, record.changed) == (
+        "cancel_workflow", {"workflow": workflow.pk}, 2,
+    )  # fmt: skip
+
+
+def test_cancelling_an_unknown_workflow_is_a_404():
+    response = client_as("operator").post(f"{API}workflows/424242/cancel/")
+
+    assert response.status_code == 404
+    assert not AuditRecord.objects.exists()
+
+
 def test_queues_list_every_configured_queue_and_whether_it_is_paused():
     operations.pause_queue("mail")
 

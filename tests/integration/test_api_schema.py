@@ -45,6 +45,7 @@ def test_the_schema_is_generated_without_a_warning_and_is_valid():
         ("jobs/{id}/cancel/", "post"), ("jobs/{id}/retry/", "post"),
         ("jobs/{id}/hold/", "post"), ("jobs/{id}/release/", "post"),
         ("jobs/redrive/", "post"), ("workflows/", "get"), ("workflows/{id}/", "get"),
+        ("workflows/{id}/cancel/", "post"),
         ("schedules/", "get"), ("schedules/{name}/run/", "post"), ("queues/", "get"),
         ("queues/{name}/pause/", "post"), ("queues/{name}/resume/", "post"),
         ("workers/", "get"), ("stats/", "get"),

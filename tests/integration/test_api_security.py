@@ -120,7 +120,7 @@ def test_reads_change_nothing(method: str):
     mutations = [
         f"jobs/{job.pk}/cancel/", f"jobs/{job.pk}/retry/", f"jobs/{job.pk}/hold/",
         f"jobs/{job.pk}/release/", "jobs/redrive/", "queues/mail/pause/", "queues/mail/resume/",
-        "schedules/nightly/run/",
+        "schedules/nightly/run/", f"workflows/{workflow.pk}/cancel/",
     ]  # fmt: skip
 
     for path in [read.format(job=job.pk, workflow=workflow.pk) for read in READS]:

@@ -51,6 +51,18 @@ def _resume_prepare() -> Any:
     return f"{API}queues/mail/resume/", None
 
 
+def _workflow_prepare() -> Any:
+    from django_workqueue import chain
+    from testproject.testapp.tasks import api_add
+
+    workflow = chain(api_add.s(1), api_add.s()).enqueue()
+    return f"{API}workflows/{workflow.pk}/cancel/", None
+
+
+def _workflow_cancelled() -> bool:
+    return set(Job.objects.values_list("status", flat=True)) == {Status.CANCELLED}
+
+
 def _schedule_prepare() -> Any:
     Schedule.objects.create(
         name="nightly", task_name="testproject.testapp.tasks.scheduled_tick", cron="0 3 * * *"
@@ -79,6 +91,7 @@ MUTATIONS = [
         lambda: (_job(failed=True), (f"{API}jobs/redrive/", {"all": True}))[1],
         lambda: _status_of() == Status.READY,
     ),
+    Route("cancel_workflow", "cancel_job", _workflow_prepare, _workflow_cancelled),
     Route(
         "pause", "manage_queue", lambda: (f"{API}queues/mail/pause/", None),
         lambda: _paused("mail"),
