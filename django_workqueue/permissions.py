@@ -19,6 +19,9 @@ from django.core.exceptions import PermissionDenied
 APP_LABEL = "django_workqueue"
 
 VIEW_JOB = "view_job"
+ADD_JOB = "add_job"
+"""Django's default ``add`` permission of ``Job``: enqueueing a job from outside the code (the
+HTTP API, for tasks registered with ``api=True``)."""
 VIEW_JOB_PAYLOAD = "view_job_payload"
 VIEW_JOB_TRACEBACK = "view_job_traceback"
 CANCEL_JOB = "cancel_job"
@@ -32,6 +35,7 @@ ACTIONS: dict[str, str] = {
     "view": VIEW_JOB,
     "view_payload": VIEW_JOB_PAYLOAD,
     "view_traceback": VIEW_JOB_TRACEBACK,
+    "enqueue": ADD_JOB,
     "cancel": CANCEL_JOB,
     "retry": RETRY_JOB,
     "redrive": RETRY_JOB,

@@ -127,6 +127,9 @@ class TaskSpec:
     """Jobs run together, up to this many per call of the function (a list of items)."""
     batch_wait: float = 1.0
     """Seconds a batch waits for more items after its first is ready."""
+    api: bool = False
+    """Whether the HTTP API may enqueue it (``POST /api/workqueue/jobs/``); off by default,
+    as a task's arguments reach it from any client allowed to call the API."""
 
     def check_arguments(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], item: int | None = None
@@ -316,6 +319,7 @@ class _TaskOptions(TypedDict, total=False):
     fair_key: Callable[..., Any] | None
     batch_size: int | None
     batch_wait: float | None
+    api: bool
 
 
 class _TaskDecorator(Protocol):
@@ -358,6 +362,7 @@ def task(
     fair_key: Callable[..., Any] | None = None,
     batch_size: int | None = None,
     batch_wait: float | None = None,
+    api: bool = False,
 ) -> Any:
     """Register a function as a task.
 
@@ -385,6 +390,7 @@ def task(
     (a function of the arguments) makes claims rotate between its keys, so one tenant's
     backlog cannot starve another's. ``batch_size=100, batch_wait=0.5`` runs up to 100 jobs
     in one call of the function, which takes the list of their items.
+    ``api=True`` lets clients of the HTTP API enqueue it (``docs/reference/http-api.md``).
     """
 
     def register(fn: Callable[..., Any]) -> Task[..., Any]:
@@ -425,6 +431,7 @@ def task(
             fair_key=fair_key,
             batch_size=batch_size,
             batch_wait=1.0 if batch_wait is None else batch_wait,
+            api=api,
         )
         _validate_spec(spec)
         existing = _registry.get(spec.name)
@@ -483,6 +490,8 @@ def _validate_spec(spec: TaskSpec) -> None:
     _validate_unique_on(spec)
     _validate_flow(spec)
     owner = f"task {spec.name}"
+    if not isinstance(spec.api, bool):
+        raise InvalidOption(f"{owner}: api must be True or False, got {describe(spec.api)}")
     check_unique_mode(owner, spec.on_conflict, spec.unique_for)
     expires = spec.expires_after
     if expires is not None and (

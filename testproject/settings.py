@@ -35,6 +35,13 @@ HAS_API = all(importlib.util.find_spec(name) for name in ("rest_framework", "drf
 HAS_REALTIME = importlib.util.find_spec("channels") is not None
 if HAS_API:
     INSTALLED_APPS += ["rest_framework", "drf_spectacular"]
+    # Hostile defaults on purpose: the API's views name their own authentication and
+    # permissions, so nothing of it may depend on these (tests/integration/test_api_security.py).
+    REST_FRAMEWORK = {
+        "DEFAULT_AUTHENTICATION_CLASSES": [],
+        "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+        "UNAUTHENTICATED_USER": None,
+    }
 if HAS_REALTIME:
     INSTALLED_APPS += ["channels"]  # after django_workqueue: our runworker wins (DESIGN.md)
 

@@ -1,5 +1,6 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from django_workqueue import views as workqueue_views
 
@@ -7,3 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("workqueue/metrics", workqueue_views.metrics),
 ]
+
+if settings.HAS_API:  # the optional extra: the project runs without DRF (tox env base)
+    urlpatterns.append(path("api/workqueue/", include("django_workqueue.api.urls")))

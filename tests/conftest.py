@@ -111,3 +111,10 @@ def hold_row() -> Iterator[Callable[[int], threading.Event]]:
         release.set()
     for thread in threads:
         thread.join(10)
+
+
+@pytest.fixture
+def fast_passwords(settings: Any) -> None:
+    """A cheap password hasher: tests that log in (HTTP basic checks the password on every
+    request) would spend most of their time in PBKDF2's million iterations."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

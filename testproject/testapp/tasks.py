@@ -468,3 +468,15 @@ batch_gate = threading.Event()
 def batch_gated(items):
     assert batch_gate.wait(20), "the test never opened the batch gate"
     return _echo_batch(items)
+
+
+@task(api=True)
+def api_add(a: int, b: int = 0) -> int:
+    """Open to the HTTP API (tests/integration/test_api_*.py)."""
+    return a + b
+
+
+@task(api=True, queue="reports")
+def api_report(context, customer_id, *, period="month"):
+    """Open to the HTTP API; takes the context, which the API's callers never pass."""
+    return {"customer_id": customer_id, "period": period}

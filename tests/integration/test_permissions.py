@@ -32,7 +32,7 @@ def test_every_codename_the_actions_need_exists_after_migrate():
         ("retry", "retry_job"), ("redrive", "retry_job"), ("hold", "hold_job"),
         ("release", "hold_job"), ("purge", "purge_job"), ("pause", "manage_queue"),
         ("resume", "manage_queue"), ("run_schedule", "manage_schedule"),
-        ("manage_schedule", "manage_schedule"),
+        ("manage_schedule", "manage_schedule"), ("enqueue", "add_job"),
     ],
 )  # fmt: skip
 def test_an_action_is_allowed_by_its_permission_and_by_no_other(action, codename):

@@ -424,3 +424,17 @@ def test_the_arity_shortcut_agrees_with_binding_the_signature():
             else:
                 accepted = True
             assert accepted == _fits(spec.signature, args), (fn.__name__, count)
+
+
+def test_a_task_is_closed_to_the_http_api_unless_it_opts_in():
+    @task(name="h1.closed")
+    def closed():
+        return None
+
+    @task(name="h1.open", api=True)
+    def opened():
+        return None
+
+    assert (closed.spec.api, opened.spec.api) == (False, True)
+    with pytest.raises(InvalidOption, match="api must be True or False, got 'yes'"):
+        task(name="h1.bad", api="yes")(lambda: None)
