@@ -37,6 +37,17 @@ if HAS_API:
     INSTALLED_APPS += ["rest_framework", "drf_spectacular"]
 if HAS_REALTIME:
     INSTALLED_APPS += ["channels"]  # after django_workqueue: our runworker wins (DESIGN.md)
+    ASGI_APPLICATION = "testproject.asgi.application"
+    # REDIS_URL set: workers publish live progress through Redis (WORKQUEUE_REALTIME=
+    # channel_layer); unset: an in-process layer, and the websockets follow the database.
+    REDIS_URL = env("REDIS_URL", default="")
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                    "CONFIG": {"hosts": [REDIS_URL],
+                               "prefix": env("CHANNELS_PREFIX", default="asgi")}}
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    }  # fmt: skip
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -77,6 +88,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 else:
     DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 
+_REALTIME = env("WORKQUEUE_REALTIME", default="database")
 WORKQUEUE = {
     # Comma-separated override; the claim-race test (tests/chaos) adds a fifth queue.
     "QUEUES": env.list("WORKQUEUE_QUEUES", default=["default", "mail", "reports", "low"]),
@@ -87,6 +99,9 @@ WORKQUEUE = {
     "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
     # Comma-separated; the bad-input tests name a module that fails to import.
     "TASK_MODULES": env.list("WORKQUEUE_TASK_MODULES", default=[]),
+    # "database" (default), "channel_layer" (needs REDIS_URL across processes) or "off".
+    "REALTIME": None if _REALTIME == "off" else _REALTIME,
+    "REALTIME_POLL_INTERVAL": env.float("WORKQUEUE_REALTIME_POLL_INTERVAL", default=0.2),
 }
 
 LOGGING = {
