@@ -158,15 +158,17 @@ class Subscription(AsyncWebsocketConsumer):
             await self.ready.wait()
             self.ready.clear()
             for key, message in self.outbox.take():
-                text = json.dumps(message, cls=DjangoJSONEncoder)
                 if key is not None:
-                    if self.sent.get(key) == text:
-                        continue  # the follower's first round repeats the snapshot
+                    # The same state under another event name is no news (the follower's
+                    # first round repeats the snapshot).
+                    same = json.dumps({**message, "event": None}, cls=DjangoJSONEncoder)
+                    if self.sent.get(key) == same:
+                        continue
                     self.sent.pop(key, None)
-                    self.sent[key] = text
+                    self.sent[key] = same
                     if len(self.sent) > self.outbox_limit:
                         self.sent.popitem(last=False)
-                await self.send(text_data=text)
+                await self.send(text_data=json.dumps(message, cls=DjangoJSONEncoder))
 
     # --- subclasses ------------------------------------------------------------------------------
 
@@ -223,6 +225,8 @@ class JobConsumer(Subscription):
         self.post(("job", state["id"]), messages.job_message(event, state, self.clearance))
 
     def followed(self, event: str, state: dict[str, Any]) -> None:
+        if state == self.state:
+            return
         self.show("progress" if _only_progress(self.state, state) else event, state)
 
     async def workqueue_event(self, event: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ QUEUE_TRACKED = 1000
 """Unfinished jobs a queue's stream keeps following; beyond, the oldest are let go."""
 QUEUE_NEW_PER_ROUND = 500
 _ACTIVE = [str(status.value) for status in ACTIVE]
+_PAST_ENQUEUED = ("running", "succeeded", "failed", "cancelled")
 
 
 @dataclass
@@ -139,7 +140,7 @@ def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any
             if now is not None and (now["status"], now["attempt"]) != (
                 before["status"], before["attempt"],
             ):  # fmt: skip
-                events.append((_event(before, now), now))
+                events.append((_event(now), now))
                 if job_id in watch.tracked:
                     watch.tracked[job_id] = now
     new = list(
@@ -147,7 +148,8 @@ def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any
     )
     for row in new:
         watch.after_id = row["id"]
-        events.append(("enqueued", row))
+        # A job that moved on before this round saw it is reported as it is now.
+        events.append(("enqueued" if row["status"] not in _PAST_ENQUEUED else _event(row), row))
         if row["status"] in _ACTIVE:
             watch.tracked[row["id"]] = row
     while len(watch.tracked) > QUEUE_TRACKED:
@@ -155,7 +157,7 @@ def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any
     return events
 
 
-def _event(before: dict[str, Any], now: dict[str, Any]) -> str:
+def _event(now: dict[str, Any]) -> str:
     """The event a status change stands for, as the signals name them."""
     status = now["status"]
     if status == "running":
