@@ -4,6 +4,7 @@ a real worker running jobs, the websockets report each change, in order, from th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,12 +12,12 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
 from django_workqueue.models import Workflow
+from testproject.testapp.tasks import send_mail
 from tests.support import realtime_tasks
 from tests.support.realtime_tasks import reports_in_steps
 from tests.support.settings import workqueue_settings
 from tests.support.users import VIEWER, user_with
 from tests.support.websockets import communicator, receive, session_cookie, until
-from testproject.testapp.tasks import send_mail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,7 +158,7 @@ def test_one_follower_serves_every_connection_and_stops_with_the_last() -> None:
         for socket in sockets:
             await socket.disconnect()
         assert shared.subscribers == {} and shared.task is None
-        with pytest.raises(BaseException):  # noqa: B017, PT011 - cancelled
+        with pytest.raises(asyncio.CancelledError):
             await task
 
     async_to_sync(scenario)()
