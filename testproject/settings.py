@@ -41,9 +41,12 @@ if HAS_REALTIME:
     # REDIS_URL set: workers publish live progress through Redis (WORKQUEUE_REALTIME=
     # channel_layer); unset: an in-process layer, and the websockets follow the database.
     REDIS_URL = env("REDIS_URL", default="")
+    # redis-py 8 reads with a 5 s socket timeout by default, as long as channels-redis blocks
+    # waiting for a message: give the reads room, or every idle websocket drops (see
+    # docs/guides/realtime.md).
     CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                    "CONFIG": {"hosts": [REDIS_URL],
+                    "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                                "prefix": env("CHANNELS_PREFIX", default="asgi")}}
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}

@@ -96,13 +96,16 @@ class Publisher:
                 logger.exception("realtime publisher could not publish %d events", len(batch))
             finally:
                 close_old_connections()
+                for _ in batch:
+                    self.events.task_done()
 
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Whether every event handed over so far was taken within ``timeout`` (tests)."""
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every event handed over so far to be published
+        (a stopping worker's last outcomes); whether they were."""
         deadline = time.monotonic() + timeout
-        while not self.events.empty() and time.monotonic() < deadline:
+        while self.events.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
-        return self.events.empty()
+        return not self.events.unfinished_tasks
 
 
 publisher = Publisher()
@@ -190,14 +193,25 @@ def _workflow_finished(sender: Any, workflow_id: int, status: str, **kwargs: Any
     publisher.publish("workflow_finished", {"workflow_id": workflow_id, "status": status})
 
 
+def _worker_stopped(sender: Any, **kwargs: Any) -> None:
+    if not publisher.drain(DRAIN_SECONDS):
+        logger.warning("realtime publisher: events still unpublished at worker stop")
+
+
+DRAIN_SECONDS = 5.0
+"""How long a stopping worker waits for its last events to reach the channel layer."""
+
+
 def connect() -> None:
     """Publish every job and workflow signal of this process to the channel layer (idempotent)."""
     for signal, receiver in _RECEIVERS.items():
         signal.connect(receiver, dispatch_uid=_UID)
     signals.job_progress.connect(_progress, dispatch_uid=_UID)
     signals.workflow_finished.connect(_workflow_finished, dispatch_uid=_UID)
+    signals.worker_stopped.connect(_worker_stopped, dispatch_uid=_UID)
 
 
 def disconnect() -> None:
-    for signal in [*_RECEIVERS, signals.job_progress, signals.workflow_finished]:
+    for signal in [*_RECEIVERS, signals.job_progress, signals.workflow_finished,
+                   signals.worker_stopped]:  # fmt: skip
         signal.disconnect(dispatch_uid=_UID)
