@@ -18,6 +18,8 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "testproject.urls"
+STATIC_URL = "static/"
+LOGIN_URL = "/admin/login/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -26,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_workqueue",
     "testproject.testapp",
     "testproject.demo",
