@@ -40,7 +40,7 @@ STATUS_SIGNALS = {
     signals.job_failed: "failed", signals.job_cancelled: "cancelled",
     signals.job_snoozed: "snoozed", signals.job_reaped: "reaped",
 }  # fmt: skip
-_UID = "django_workqueue.realtime.events"
+DISPATCH_UID = "django_workqueue.realtime.events"
 PROGRESS_FIELDS = ("attempt", "current", "total", "message", "details")
 
 
@@ -205,13 +205,13 @@ DRAIN_SECONDS = 5.0
 def connect() -> None:
     """Publish every job and workflow signal of this process to the channel layer (idempotent)."""
     for signal, receiver in _RECEIVERS.items():
-        signal.connect(receiver, dispatch_uid=_UID)
-    signals.job_progress.connect(_progress, dispatch_uid=_UID)
-    signals.workflow_finished.connect(_workflow_finished, dispatch_uid=_UID)
-    signals.worker_stopped.connect(_worker_stopped, dispatch_uid=_UID)
+        signal.connect(receiver, dispatch_uid=DISPATCH_UID)
+    signals.job_progress.connect(_progress, dispatch_uid=DISPATCH_UID)
+    signals.workflow_finished.connect(_workflow_finished, dispatch_uid=DISPATCH_UID)
+    signals.worker_stopped.connect(_worker_stopped, dispatch_uid=DISPATCH_UID)
 
 
 def disconnect() -> None:
     for signal in [*_RECEIVERS, signals.job_progress, signals.workflow_finished,
                    signals.worker_stopped]:  # fmt: skip
-        signal.disconnect(dispatch_uid=_UID)
+        signal.disconnect(dispatch_uid=DISPATCH_UID)
