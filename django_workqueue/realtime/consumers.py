@@ -150,6 +150,9 @@ class Subscription(AsyncWebsocketConsumer):
     # --- what the client gets -------------------------------------------------------------------
 
     def post(self, key: Hashable, message: dict[str, Any]) -> None:
+        waiting = self.outbox.pending.get(key)
+        if waiting is not None and {**waiting, "event": None} == {**message, "event": None}:
+            return  # the same state again (the follower's first round): a snapshot stays one
         self.outbox.put(key, message)
         self.ready.set()
 

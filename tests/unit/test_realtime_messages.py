@@ -61,3 +61,19 @@ def test_a_progress_report_marks_the_job_running_in_the_reports_attempt() -> Non
     report = {"attempt": 2, "current": 5, "total": 9, "message": None, "details": None}
     state = messages.with_progress(done, report)
     assert (state["status"], state["attempt"], state["progress"]["message"]) == ("running", 2, "")
+
+
+def test_the_same_state_posted_again_keeps_its_first_event_name() -> None:
+    """The follower's first round may repeat the snapshot before it is sent: the client still
+    gets one message, named snapshot."""
+    from django_workqueue.realtime.consumers import WorkflowConsumer
+
+    consumer = WorkflowConsumer()
+    state = {"id": 1, "name": "w", "status": "running", "total": 1, "open": 1, "succeeded": 0,
+             "failed": 0, "cancelled": 0}  # fmt: skip
+    consumer.post(("workflow", 1), messages.workflow_message("snapshot", state))
+    consumer.followed("changed", state)
+    assert [m["event"] for _, m in consumer.outbox.take()] == ["snapshot"]
+    consumer.post(("workflow", 1), messages.workflow_message("snapshot", state))
+    consumer.followed("changed", {**state, "open": 0, "succeeded": 1})
+    assert [m["event"] for _, m in consumer.outbox.take()] == ["changed"]
