@@ -65,7 +65,8 @@ class Subscription(AsyncWebsocketConsumer):
         self.sent: collections.OrderedDict[Hashable, str] = collections.OrderedDict()
         self.received: collections.deque[float] = collections.deque()
         self.clearance = Clearance(payload=False, tracebacks=False)
-        self.subscribed: tuple[str, Any] | None = None
+        self.subscribed: tuple[str | None, str, Any] | None = None
+        """(delivery mode, kind, target) once subscribed: undone the way it was done."""
         self.sender: asyncio.Task[None] | None = None
         self.closing = False
 
@@ -87,13 +88,14 @@ class Subscription(AsyncWebsocketConsumer):
             return await self.refuse(CLOSE_NOT_FOUND)
         # Subscribe first, then read: an event that lands in between is delivered after the
         # snapshot (a consumer handles one message at a time), never lost.
-        if conf.REALTIME == "channel_layer":
+        mode = conf.REALTIME
+        if mode == "channel_layer":
             if self.channel_layer is None:
                 return await self.refuse(CLOSE_DISABLED)
             await self.channel_layer.group_add(self.group(target), self.channel_name)
         else:
             follower().subscribe((self.kind, target), self, self.followed)
-        self.subscribed = (self.kind, target)
+        self.subscribed = (mode, self.kind, target)
         snapshot = await database_sync_to_async(self.snapshot)(target)
         if snapshot is None:
             return await self.refuse(CLOSE_NOT_FOUND)
@@ -115,9 +117,9 @@ class Subscription(AsyncWebsocketConsumer):
     async def _unsubscribe(self) -> None:
         if self.subscribed is None:
             return
-        kind, target = self.subscribed
+        mode, kind, target = self.subscribed
         self.subscribed = None
-        if conf.REALTIME == "channel_layer" and self.channel_layer is not None:
+        if mode == "channel_layer" and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group(target), self.channel_name)
         else:
             follower().unsubscribe((kind, target), self)
