@@ -11,6 +11,11 @@ django_asgi_app = get_asgi_application()  # sets Django up before the consumers 
 
 from django.conf import settings  # noqa: E402
 
+if settings.DEBUG:  # serve the admin's and the demo's static files, as runserver does
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+
 if settings.HAS_REALTIME:
     from channels.auth import AuthMiddlewareStack
     from channels.routing import ProtocolTypeRouter, URLRouter
