@@ -2,11 +2,11 @@
 
 One ``Follower`` per event loop (per ASGI server process) serves every connection: each
 interval (``WORKQUEUE["REALTIME_POLL_INTERVAL"]``) it reads all the jobs and workflows that
-anyone follows in one query each, plus per followed queue the jobs enqueued since the last
-round and the unfinished ones it tracks, and calls the subscribers of each thing that changed.
-It starts with the first subscription and stops with the last. Progress writes send no NOTIFY,
-so it polls on PostgreSQL too; the interval bounds the lag, and a report reaches the database at
-most every ``PROGRESS_INTERVAL`` anyway.
+anyone follows in one query each, plus per followed queue its running jobs, the jobs enqueued
+since the last round and the unfinished ones it tracks, and calls the subscribers of each
+thing that changed. It starts with the first subscription and stops with the last. Progress
+writes send no NOTIFY, so it polls on PostgreSQL too; the interval bounds the lag, and a report
+reaches the database at most every ``PROGRESS_INTERVAL`` anyway.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ Callback = Callable[[str, dict[str, Any]], None]
 ``{"workflow": state}``)."""
 
 QUEUE_TRACKED = 1000
-"""Unfinished jobs a queue's stream keeps following; beyond, the oldest are let go."""
+"""Unfinished jobs a queue's stream keeps following (enqueued since it began, or seen
+running); beyond, the oldest are let go."""
 QUEUE_NEW_PER_ROUND = 500
 _ACTIVE = [str(status.value) for status in ACTIVE]
 _PAST_ENQUEUED = ("running", "succeeded", "failed", "cancelled")
@@ -118,15 +119,20 @@ class Follower:
 
 
 def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any]]]:
-    """A queue's jobs that appeared or changed status since the last round (the first round
-    starts from its most recent unfinished jobs and reports nothing)."""
+    """A queue's jobs that were enqueued, started or changed status since the last round.
+
+    Each round reads the jobs it tracks by id, the queue's running jobs (few: at most the
+    fleet's slots, through the partial index of running leases), and the jobs written since
+    the last id it saw. So a job enqueued before anyone subscribed shows up when it starts;
+    the first round only takes its bearings and reports nothing.
+    """
     jobs = Job.objects.filter(queue=name)
     fields = ("id", "task_name", "queue", "status", "attempt", "workflow_id")
+    running = jobs.filter(status="running").order_by("id").values(*fields)[:QUEUE_TRACKED]
     if watch.after_id is None:
         latest = Job.objects.order_by("-id").values_list("id", flat=True).first()
         watch.after_id = latest or 0
-        recent = jobs.filter(status__in=_ACTIVE).order_by("-id").values(*fields)[:QUEUE_TRACKED]
-        watch.tracked = {row["id"]: row for row in reversed(list(recent))}
+        watch.tracked = {row["id"]: row for row in running}
         return []
     events: list[tuple[str, dict[str, Any]]] = []
     if watch.tracked:
@@ -143,6 +149,10 @@ def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any
                 events.append((_event(now), now))
                 if job_id in watch.tracked:
                     watch.tracked[job_id] = now
+    for row in running:
+        if row["id"] not in watch.tracked and row["id"] <= watch.after_id:
+            events.append(("started", row))
+            watch.tracked[row["id"]] = row
     new = list(
         jobs.filter(id__gt=watch.after_id).order_by("id").values(*fields)[:QUEUE_NEW_PER_ROUND]
     )

@@ -162,3 +162,35 @@ def test_one_follower_serves_every_connection_and_stops_with_the_last() -> None:
             await task
 
     async_to_sync(scenario)()
+
+
+def test_a_job_enqueued_before_the_stream_began_is_reported_when_it_starts(
+    background_worker: Callable[..., Any], steps: Any
+) -> None:
+    from django_workqueue.realtime.follower import follower
+
+    job = reports_in_steps.enqueue(1)
+    viewer = session_cookie(user_with(*VIEWER))
+
+    async def scenario() -> list[dict[str, Any]]:
+        socket = communicator("/ws/workqueue/queues/default/", viewer)
+        assert (await socket.connect())[0]
+        await receive(socket)
+        for _ in range(2000):  # until the first round has taken its bearings
+            watch = follower().queues.get("default")
+            if watch is not None and watch.after_id is not None:
+                break
+            await asyncio.sleep(0.01)
+        await sync_to_async(background_worker)(concurrency=1)
+        started = await until(socket, lambda m: m["job"]["id"] == job.pk)
+        steps.release()  # the job waits, running, until the stream has seen it
+        ended = await until(
+            socket, lambda m: m["job"]["id"] == job.pk and m["job"]["status"] == "succeeded"
+        )
+        await socket.disconnect()
+        return [m for m in started + ended if m["job"]["id"] == job.pk]
+
+    seen = async_to_sync(scenario)()
+    assert [(m["event"], m["job"]["status"]) for m in seen] == [
+        ("started", "running"), ("succeeded", "succeeded"),
+    ]  # fmt: skip
