@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
 from django_workqueue.models import Workflow
+from django_workqueue.realtime.follower import follower
 from testproject.testapp.tasks import send_mail
 from tests.support import realtime_tasks
 from tests.support.realtime_tasks import reports_in_steps
@@ -110,6 +111,17 @@ def test_a_workflow_follower_hears_its_counters_change() -> None:
     async_to_sync(scenario)()
 
 
+async def bearings_taken(queue: str) -> None:
+    """Wait until this loop's follower has had its first round for ``queue`` (the jobs written
+    after it are new to the stream)."""
+    for _ in range(2000):
+        watch = follower().queues.get(queue)
+        if watch is not None and watch.after_id is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the follower never took its bearings on queue {queue!r}")
+
+
 def test_a_queue_stream_reports_a_job_from_enqueue_to_its_end(
     background_worker: Callable[..., Any],
 ) -> None:
@@ -119,6 +131,7 @@ def test_a_queue_stream_reports_a_job_from_enqueue_to_its_end(
         socket = communicator("/ws/workqueue/queues/mail/", viewer)
         assert (await socket.connect())[0]
         assert (await receive(socket))["type"] == "queue"
+        await bearings_taken("mail")
         job = await sync_to_async(send_mail.enqueue)("ada@example.com")
         await sync_to_async(background_worker)(queues=["mail"], concurrency=1)
         seen = await until(
@@ -140,8 +153,6 @@ def test_a_queue_stream_reports_a_job_from_enqueue_to_its_end(
 
 
 def test_one_follower_serves_every_connection_and_stops_with_the_last() -> None:
-    from django_workqueue.realtime.follower import follower
-
     workflow = Workflow.objects.create(name="w", total=1, open=1)
     viewer = session_cookie(user_with(*VIEWER))
 
@@ -167,8 +178,6 @@ def test_one_follower_serves_every_connection_and_stops_with_the_last() -> None:
 def test_a_job_enqueued_before_the_stream_began_is_reported_when_it_starts(
     background_worker: Callable[..., Any], steps: Any
 ) -> None:
-    from django_workqueue.realtime.follower import follower
-
     job = reports_in_steps.enqueue(1)
     viewer = session_cookie(user_with(*VIEWER))
 
@@ -176,11 +185,7 @@ def test_a_job_enqueued_before_the_stream_began_is_reported_when_it_starts(
         socket = communicator("/ws/workqueue/queues/default/", viewer)
         assert (await socket.connect())[0]
         await receive(socket)
-        for _ in range(2000):  # until the first round has taken its bearings
-            watch = follower().queues.get("default")
-            if watch is not None and watch.after_id is not None:
-                break
-            await asyncio.sleep(0.01)
+        await bearings_taken("default")
         await sync_to_async(background_worker)(concurrency=1)
         started = await until(socket, lambda m: m["job"]["id"] == job.pk)
         steps.release()  # the job waits, running, until the stream has seen it
