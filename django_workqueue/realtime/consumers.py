@@ -102,6 +102,10 @@ class Subscription(AsyncWebsocketConsumer):
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())
         for key, message in snapshot:
             self.post(key, message)
+        if mode != "channel_layer":
+            # The follower may have read a newer state than the snapshot meanwhile: its next
+            # round reports the state again (the same one is not sent twice).
+            follower().forget((self.kind, target))
 
     async def refuse(self, code: int) -> None:
         self.closing = True

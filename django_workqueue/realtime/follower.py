@@ -76,6 +76,10 @@ class Follower:
             self.task.cancel()
             self.task = None
 
+    def forget(self, key: Key) -> None:
+        """Report ``key``'s state at the next round even if it did not change."""
+        self.known.pop(key, None)
+
     async def _run(self) -> None:
         while self.subscribers:
             try:
