@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from .db import driver_class
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
     "RETRY_BACKOFF_MAX", "SCHEDULER_INTERVAL", "SCHEDULE_MISFIRE_GRACE",
-    "BACKPRESSURE_WINDOW", "AUTOSCALE_IDLE_SECONDS", "PROGRESS_INTERVAL",
+    "BACKPRESSURE_WINDOW", "AUTOSCALE_IDLE_SECONDS", "PROGRESS_INTERVAL", "REALTIME_POLL_INTERVAL",
 )  # fmt: skip
 _POSITIVE_INTS = (
     "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_LEASE_SECONDS",
@@ -114,6 +115,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     errors.extend(_middleware_messages(conf.MIDDLEWARE))
     errors += _claim_ttl_messages()
     errors += _retention_messages(conf.RETENTION)
+    errors += _realtime_messages(conf.REALTIME)
     if not settings.USE_TZ:
         errors.append(
             checks.Error(
@@ -225,6 +227,56 @@ def _retention_messages(value: object) -> list[checks.CheckMessage]:
                 f"(keep forever), got {days!r}."
             )
     return [checks.Error(problem, hint=hint, id="django_workqueue.E015") for problem in problems]
+
+
+def _realtime_messages(mode: object) -> list[checks.CheckMessage]:
+    """WORKQUEUE["REALTIME"]: "database", "channel_layer" (Channels and a channel layer that
+    crosses processes) or None."""
+    hint = (
+        'Use "database" (the default: websockets follow the database, no Redis), '
+        '"channel_layer" (workers publish through CHANNEL_LAYERS, e.g. channels-redis) or None '
+        "(see docs/guides/realtime.md)."
+    )
+    if mode not in ("database", "channel_layer", None):
+        return [
+            checks.Error(f"WORKQUEUE['REALTIME'] is {mode!r}.", hint=hint,
+                         id="django_workqueue.E030")
+        ]  # fmt: skip
+    if mode != "channel_layer":
+        return []
+    if importlib.util.find_spec("channels") is None:
+        return [
+            checks.Error(
+                "WORKQUEUE['REALTIME'] is 'channel_layer', but channels is not installed.",
+                hint="pip install 'django-workqueue[realtime]', or set WORKQUEUE['REALTIME'] "
+                "= 'database'.",
+                id="django_workqueue.E031",
+            )
+        ]
+    backend = (getattr(settings, "CHANNEL_LAYERS", None) or {}).get("default", {}).get("BACKEND")
+    if not backend:
+        return [
+            checks.Error(
+                "WORKQUEUE['REALTIME'] is 'channel_layer', but CHANNEL_LAYERS has no 'default' "
+                "layer.",
+                hint="Configure one, e.g. CHANNEL_LAYERS = {'default': {'BACKEND': "
+                "'channels_redis.core.RedisChannelLayer', 'CONFIG': {'hosts': "
+                "['redis://127.0.0.1:6379']}}}, or set WORKQUEUE['REALTIME'] = 'database'.",
+                id="django_workqueue.E031",
+            )
+        ]
+    if backend.endswith("InMemoryChannelLayer"):
+        return [
+            checks.Warning(
+                "WORKQUEUE['REALTIME'] is 'channel_layer' with the InMemoryChannelLayer, which "
+                "does not cross processes: websockets in the web process hear nothing from "
+                "workers in other processes.",
+                hint="Use channels_redis.core.RedisChannelLayer, or WORKQUEUE['REALTIME'] = "
+                "'database'.",
+                id="django_workqueue.W031",
+            )
+        ]
+    return []
 
 
 @checks.register()

@@ -83,6 +83,12 @@ DEFAULTS: dict[str, Any] = {
     # permissions and audits under their name. True: the command refuses to run without
     # --user (docs/reference/cli.md#permissions).
     "CLI_REQUIRE_USER": False,
+    # How live progress reaches the websockets (the optional realtime extra, docs/guides/
+    # realtime.md): "database" (the web process follows the rows; no Redis), "channel_layer"
+    # (the worker's signals publish to CHANNEL_LAYERS, e.g. channels-redis), or None (off).
+    "REALTIME": "database",
+    # How often the "database" mode reads what its websockets follow (seconds, per process).
+    "REALTIME_POLL_INTERVAL": 0.5,
     # Task modules imported at start-up besides each installed app's ``tasks`` module.
     "TASK_MODULES": [],
     # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping

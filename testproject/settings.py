@@ -18,6 +18,8 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "testproject.urls"
+STATIC_URL = "static/"
+LOGIN_URL = "/admin/login/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -26,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_workqueue",
     "testproject.testapp",
     "testproject.demo",
@@ -44,6 +47,20 @@ if HAS_API:
     }
 if HAS_REALTIME:
     INSTALLED_APPS += ["channels"]  # after django_workqueue: our runworker wins (DESIGN.md)
+    ASGI_APPLICATION = "testproject.asgi.application"
+    # REDIS_URL set: workers publish live progress through Redis (WORKQUEUE_REALTIME=
+    # channel_layer); unset: an in-process layer, and the websockets follow the database.
+    REDIS_URL = env("REDIS_URL", default="")
+    # redis-py 8 reads with a 5 s socket timeout by default, as long as channels-redis blocks
+    # waiting for a message: give the reads room, or every idle websocket drops (see
+    # docs/guides/realtime.md).
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                    "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                               "prefix": env("CHANNELS_PREFIX", default="asgi")}}
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    }  # fmt: skip
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -84,6 +101,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 else:
     DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 
+_REALTIME = env("WORKQUEUE_REALTIME", default="database")
 WORKQUEUE = {
     # Comma-separated override; the claim-race test (tests/chaos) adds a fifth queue.
     "QUEUES": env.list("WORKQUEUE_QUEUES", default=["default", "mail", "reports", "low"]),
@@ -94,6 +112,9 @@ WORKQUEUE = {
     "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
     # Comma-separated; the bad-input tests name a module that fails to import.
     "TASK_MODULES": env.list("WORKQUEUE_TASK_MODULES", default=[]),
+    # "database" (default), "channel_layer" (needs REDIS_URL across processes) or "off".
+    "REALTIME": None if _REALTIME == "off" else _REALTIME,
+    "REALTIME_POLL_INTERVAL": env.float("WORKQUEUE_REALTIME_POLL_INTERVAL", default=0.2),
 }
 
 LOGGING = {

@@ -7,6 +7,7 @@ from django_workqueue import views as workqueue_views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("workqueue/metrics", workqueue_views.metrics),
+    path("demo/", include("testproject.demo.urls")),  # the live progress page
 ]
 
 if settings.HAS_API:  # the optional extra: the project runs without DRF (tox env base)

@@ -157,3 +157,14 @@ def close_launch(context, announced, sku):
     """The last step: it waited for ``announce`` and for every mail it added."""
     mailed = [d.result for d in context.dependencies if d.task_name.endswith("notify_subscriber")]
     return {"sku": sku, "announced": announced, "mailed": len(mailed)}
+
+
+@task(queue="reports", max_attempts=1, lease_seconds=10)
+def crunch_numbers(context, seconds=10.0, steps=20):
+    """A long job for the live progress page (/demo/progress/): a step every
+    ``seconds / steps``, each reported with a message and details, stopping when cancelled."""
+    for n in range(1, steps + 1):
+        context.raise_if_cancelled()
+        time.sleep(seconds / steps)
+        context.set_progress(n, steps, f"crunched block {n} of {steps}", details={"block": n})
+    return {"blocks": steps}
