@@ -57,9 +57,14 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow_id=int(value)) if value.isdigit() else queryset.none()
 
 
+FILTER_SAMPLE = 100
+"""How many of the newest failed jobs the error type filter reads for its choices."""
+
+
 class ErrorTypeFilter(admin.SimpleListFilter):
-    """Failed jobs whose recorded errors name an error type. The choices are the types of the
-    dead-letter queue's most recent jobs (``dashboard.dead_letters``), not a scan."""
+    """Failed jobs whose recorded errors name an error type. The choices are the last error
+    types of the ``FILTER_SAMPLE`` newest failed jobs (``deadletters.dead_letter_groups``),
+    not a scan; any type can be given in the URL (``?error_type=...``)."""
 
     title = "error type"
     parameter_name = "error_type"
@@ -67,7 +72,8 @@ class ErrorTypeFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         from .deadletters import dead_letter_groups
 
-        groups = dead_letter_groups(model_admin.model.objects.db_manager(conf.DATABASE).all())
+        jobs = model_admin.model.objects.db_manager(conf.DATABASE).all()
+        groups = dead_letter_groups(jobs, recent=FILTER_SAMPLE)
         chosen = self.value()
         types = [group.error_type for group in groups]
         if chosen and chosen not in types:

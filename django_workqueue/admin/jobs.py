@@ -25,6 +25,7 @@ from django.views.decorators.http import require_POST
 from .. import permissions
 from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
+from ..registry import registered_tasks
 from ..states import Status
 from .filters import EnqueuedFilter, ErrorTypeFilter, QueueFilter, TaskFilter, WorkflowFilter
 from .job_actions import ACTIONS, BUTTONS
@@ -89,7 +90,7 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     # Sorting by id is served by the primary key; the others sort what the filters leave.
     sortable_by = ["id", "priority", "enqueued_at", "finished_at"]
     search_fields = ["=id", "=task_name", "=unique_key"]
-    search_help_text = "A job id, a task's full name or a unique key (exact)."
+    search_help_text = "A job id, a registered task's full name, or a unique key (exact)."
     actions = list(ACTIONS)
     paginator = EstimatedCountPaginator
     show_full_result_count = False
@@ -133,14 +134,17 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        # Exact matches only: a substring search would read every row.
+        # Exact matches, each served by an index: an id by the primary key, a registered
+        # task's name as the task filter does, anything else as a unique key (the partial
+        # index wq_job_unique_key). A substring search would read every row.
         term = search_term.strip()
         if not term:
             return queryset, False
         if term.isdigit():
             return queryset.filter(pk=int(term)), False
-        by_task = queryset.filter(task_name=term)
-        return by_task | queryset.filter(unique_key=term), False
+        if term in registered_tasks():
+            return queryset.filter(task_name=term), False
+        return queryset.filter(unique_key=term), False
 
     def get_urls(self) -> list[URLPattern]:
         act = self.admin_site.admin_view(require_POST(self.act_view))

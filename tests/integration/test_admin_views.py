@@ -173,7 +173,7 @@ def test_editing_a_schedule_checks_its_cron_expression():
     client = staff("view_job", "manage_schedule")
     url = f"/admin/django_workqueue/schedule/{schedule.pk}/change/"
     form = {
-        "name": "hourly", "task_name": schedule.task_name, "cron": "every hour",
+        "name": "hourly", "task_name": schedule.task_name, "cron": "61 * * * *",
         "timezone": "UTC", "args": "[1, 2]", "kwargs": "{}", "queue": "", "enabled": "on",
         "catch_up": schedule.catch_up,
     }  # fmt: skip
