@@ -7,9 +7,11 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.views.decorators.http import require_POST
 
 from .. import audit, operations, permissions
 from ..conf import workqueue_settings as conf
@@ -22,6 +24,7 @@ from .svg import STATUS_COLOURS, workflow_svg
 
 @admin.action(description="Cancel selected workflows", permissions=["cancel"])
 def cancel_workflows(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+    """Cancel each workflow (``operations.cancel_workflow``), at most 1,000 per action."""
     permissions.require(request.user, "cancel")
     ids = list(queryset.values_list("pk", flat=True)[:1000])
     changed = sum(operations.cancel_workflow(pk, alias=queryset.db).count for pk in ids)
@@ -50,6 +53,21 @@ class WorkflowAdmin(ReadOnly, admin.ModelAdmin):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return permissions.allowed(request.user, "cancel")
 
+    def get_urls(self) -> list[URLPattern]:
+        cancel = self.admin_site.admin_view(require_POST(self.cancel_view))
+        name = f"{self.opts.app_label}_{self.opts.model_name}_cancel"
+        return [path("<int:object_id>/cancel/", cancel, name=name), *super().get_urls()]
+
+    def cancel_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """The workflow page's Cancel button: the action on this one workflow."""
+        permissions.require(request.user, "cancel")
+        workflows = Workflow.objects.using(conf.DATABASE).filter(pk=object_id)
+        get_object_or_404(workflows)
+        cancel_workflows(self, request, workflows)
+        return HttpResponseRedirect(
+            reverse("admin:django_workqueue_workflow_change", args=[object_id])
+        )
+
     @admin.display(description="jobs")
     def jobs_link(self, workflow: Workflow) -> str:
         url = reverse("admin:django_workqueue_job_changelist") + f"?workflow={workflow.pk}"
@@ -75,4 +93,7 @@ class WorkflowAdmin(ReadOnly, admin.ModelAdmin):
                 graph, lambda pk: reverse("admin:django_workqueue_job_change", args=[pk])
             )
             extra["wq_colours"] = STATUS_COLOURS.items()
+            extra["wq_can_cancel"] = workflow.finished_at is None and permissions.allowed(
+                request.user, "cancel"
+            )
         return super().change_view(request, object_id, form_url, extra)

@@ -280,3 +280,21 @@ def test_the_job_list_filters_by_error_type_queue_task_and_workflow():
     assert listed("?q=testproject.testapp.tasks.send_mail") == {mail.pk}
     assert listed("?status__exact=failed") == {timeout.pk}
     assert listed("?enqueued=1h") == {in_workflow.pk, timeout.pk, mail.pk}
+
+
+def test_the_workflow_page_cancel_button_cancels_it_for_users_allowed_only():
+    workflow = Workflow.objects.create(total=1, open=1)
+    job = JobFactory(workflow=workflow)
+    page = reverse("admin:django_workqueue_workflow_change", args=[workflow.pk])
+    button = reverse("admin:django_workqueue_workflow_cancel", args=[workflow.pk])
+
+    viewer = staff(*VIEWER)
+    assert button not in viewer.get(page).content.decode()
+    assert viewer.post(button).status_code == 403
+    assert Job.objects.get(pk=job.pk).status == "ready"
+
+    operator = client_for(user_with("view_job", "cancel_job", username="op", is_staff=True))
+    assert button in operator.get(page).content.decode()
+    response = operator.post(button, follow=True)
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+    assert "1 job(s) of 1 workflow(s) cancelled" in messages_of(response)
