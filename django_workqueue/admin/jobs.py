@@ -17,12 +17,12 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from .. import permissions
+from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
@@ -59,8 +59,12 @@ class PermissionChecks:
 
 
 class ReadOnly:
-    """Rows written by the engine only, seen by whoever may see jobs (``view_job``): the one
-    permission model, rather than a view permission per table."""
+    """Rows written by the engine only, read from the jobs database (``WORKQUEUE["DATABASE"]``)
+    and seen by whoever may see jobs (``view_job``): the one permission model, rather than a
+    view permission per table."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).using(conf.DATABASE)  # type: ignore[misc]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return permissions.allowed(request.user, "view")
@@ -165,8 +169,6 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:django_workqueue_job_change", args=[job.pk]))
 
     def _db(self) -> str:
-        from ..conf import workqueue_settings as conf
-
         return str(conf.DATABASE)
 
     def change_view(
@@ -221,11 +223,3 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "wq_buttons": buttons,
     }
 
-
-def render_page(
-    request: HttpRequest, site: admin.AdminSite, template: str, title: str, **context: Any
-) -> TemplateResponse:
-    """A page of the admin, with the site's header and sidebar."""
-    return TemplateResponse(
-        request, template, {**site.each_context(request), "title": title, **context}
-    )
