@@ -222,4 +222,3 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "wq_dependents": list(dependents),
         "wq_buttons": buttons,
     }
-

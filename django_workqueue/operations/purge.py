@@ -17,6 +17,12 @@ from ..states import TERMINAL
 from .jobs import OperationResult, _select, batches
 
 
+def purgeable(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The jobs of ``jobs`` that ``purge_jobs`` deletes (its dry run)."""
+    dependents = Dependency.objects.using(jobs.db).filter(prerequisite=OuterRef("pk"))
+    return jobs.filter(status__in=TERMINAL, workflow__isnull=True).exclude(Exists(dependents))
+
+
 def purge_jobs(
     jobs: QuerySet[Job] | Iterable[Job | int], *, alias: str | None = None
 ) -> OperationResult:
@@ -27,10 +33,7 @@ def purge_jobs(
     >>> purge_jobs(Job.objects.filter(status="succeeded", queue="reports"))
     """
     selection = _select(jobs, alias)
-    dependents = Dependency.objects.using(selection.db).filter(prerequisite=OuterRef("pk"))
-    deletable = selection.filter(status__in=TERMINAL, workflow__isnull=True).exclude(
-        Exists(dependents)
-    )
+    deletable = purgeable(selection)
     deleted = 0
     for batch in batches(deletable):
         ids = [pk for (pk,) in batch]
