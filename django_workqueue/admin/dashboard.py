@@ -62,6 +62,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     throughput = [sum(per_minute[m][name] for name in ("succeeded", "failed", "cancelled"))
                   for m in sorted(per_minute)]  # fmt: skip
     failure = [_failure_rate(per_minute[m]) for m in sorted(per_minute)]
+    span = (f"{CHART_MINUTES} min ago", "now")
     context = {
         **site.each_context(request),
         "title": "Workqueue dashboard",
@@ -69,9 +70,10 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
         "wq_waiting": [(str(s), waiting.get(str(s), 0)) for s in Status if s not in TERMINAL],
         "wq_finished": finished,
         "wq_windows": [(q, q.window(15)) for q in snap.queues],
-        "wq_throughput_svg": bar_chart(throughput, label="jobs finished per minute"),
+        "wq_throughput_svg": bar_chart(throughput, label="jobs finished per minute", span=span),
         "wq_failure_svg": bar_chart(failure, label="failed attempts per attempt, per minute",
-                                    unit="%", css_class="wq-chart wq-chart-failures"),
+                                    unit="%", css_class="wq-chart wq-chart-failures",
+                                    span=span),
         "wq_chart_minutes": CHART_MINUTES,
         "wq_dead_letters": dead_letter_groups(Job.objects.using(db).all()),
         "wq_can_redrive": permissions.allowed(request.user, "redrive"),

@@ -80,10 +80,16 @@ PAD = 30
 
 
 def bar_chart(
-    values: Sequence[float], *, label: str, unit: str = "", css_class: str = "wq-chart"
+    values: Sequence[float],
+    *,
+    label: str,
+    unit: str = "",
+    css_class: str = "wq-chart",
+    span: tuple[str, str] = ("", ""),
 ) -> SafeString:
     """A bar per value (oldest first), scaled to the largest, with the maximum written on the
-    axis; an empty series draws an empty frame."""
+    axis and ``span`` (the first and last bars' names) under it; an empty series draws an
+    empty frame."""
     top = max(values, default=0) or 1
     n = max(len(values), 1)
     slot = (CHART_WIDTH - PAD) / n
@@ -102,8 +108,12 @@ def bar_chart(
         'viewBox="0 0 {} {}" role="img" aria-label="{}">'
         '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999"/>'
         '<text x="2" y="{}" font-size="10">{}</text><text x="2" y="{}" font-size="10">0</text>'
+        '<text x="{}" y="{}" font-size="10">{}</text>'
+        '<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>'
         "{}</svg>",
         css_class, CHART_WIDTH, CHART_HEIGHT, CHART_WIDTH, CHART_HEIGHT, label,
         PAD, CHART_HEIGHT - PAD, CHART_WIDTH, CHART_HEIGHT - PAD,
-        PAD - 10, f"{top:g}{unit}", CHART_HEIGHT - PAD, bars or mark_safe(""),
+        PAD - 10, f"{top:g}{unit}", CHART_HEIGHT - PAD,
+        PAD, CHART_HEIGHT - PAD + 14, span[0], CHART_WIDTH, CHART_HEIGHT - PAD + 14, span[1],
+        bars or mark_safe(""),
     )  # fmt: skip
