@@ -472,6 +472,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+        verbose_name_plural = "worker processes"
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid} ({self.id})"

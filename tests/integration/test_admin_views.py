@@ -19,6 +19,7 @@ from django_workqueue.models import (
     StatsCounter,
     Workflow,
 )  # fmt: skip
+from django_workqueue.stats import histogram
 from tests.support.factories import JobFactory
 from tests.support.users import VIEWER, user_with
 
@@ -208,6 +209,9 @@ def test_the_dashboard_shows_counts_charts_and_dead_letters_by_error_type():
                                 count=7)  # fmt: skip
     StatsCounter.objects.create(minute=minute, queue="mail", task_name="t", name="failed",
                                 count=3)  # fmt: skip
+    run_class = histogram.bucket(2.0)  # every attempt ran about two seconds
+    StatsCounter.objects.create(minute=minute, queue="mail", task_name="t", name="run",
+                                bucket=run_class, count=10)  # fmt: skip
 
     html = staff(*VIEWER).get(reverse("admin:django_workqueue_dashboard")).content.decode()
 
@@ -224,6 +228,11 @@ def test_the_dashboard_shows_counts_charts_and_dead_letters_by_error_type():
     bars = re.findall(r'<rect class="wq-bar"[^>]*><title>([^<]+)</title>', html)
     assert "10" in bars  # 7 succeeded + 3 failed this minute
     assert "30%" in bars
+    mail = html[html.index('data-queue="mail"') :]
+    mail = mail[: mail.index("</tr>")]
+    run_seconds = f"{histogram.value(run_class):.3f}"
+    assert f"<td>{run_seconds} / {run_seconds}</td>" in mail  # run p50 / p95
+    assert "<td>-</td>" in mail  # no wait times recorded
 
 
 def test_redrive_all_like_this_redrives_the_jobs_whose_last_error_is_of_that_type():
