@@ -14,6 +14,8 @@ Indexes are designed for the hot path, not added by accident:
 * ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs;
 * ``wq_job_active`` holds unfinished rows only (queue, task, status, run_after), for the stats'
   index-only counts;
+* ``wq_job_unique_key`` holds the jobs that have a ``unique_key`` (finished ones too), for the
+  admin's search by key;
 * ``Job.workflow`` and ``Dependency.prerequisite`` are indexed foreign keys: completing a job
   finds its dependents through the second, a workflow's jobs through the first. Claims never
   look at ``blocked`` jobs: they are not in the claim index.
@@ -227,6 +229,12 @@ class Job(models.Model):
                 condition=models.Q(status="running"),
             ),
             models.Index(fields=["status", "finished_at"], name="wq_job_status_finished"),
+            # The admin's search by unique key; partial: most jobs have none.
+            models.Index(
+                fields=["unique_key"],
+                name="wq_job_unique_key",
+                condition=models.Q(unique_key__isnull=False),
+            ),
             # stats.snapshot(): counts of unfinished jobs per queue, task and status and the
             # oldest ready job, by an index-only scan of unfinished rows (never of finished ones).
             models.Index(
@@ -464,6 +472,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+        verbose_name_plural = "worker processes"
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid} ({self.id})"

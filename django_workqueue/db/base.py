@@ -18,7 +18,7 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q, QuerySet
 from django.db.models.functions import Now
 
 from ..models import IdempotencyClaim, Job, Queue, StatsCounter
@@ -514,6 +514,12 @@ class Driver(abc.ABC):
             )
         )
         return [ActiveCount(*row) for row in rows]
+
+    def estimate_count(self, queryset: QuerySet[Any]) -> int | None:
+        """A cheap estimate of ``queryset.count()`` from the planner's statistics, for the
+        admin's pages over large tables; None where the database keeps none (SQLite: the
+        caller counts exactly, up to a cap)."""
+        return None
 
     @property
     def stats_table(self) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
@@ -569,6 +570,26 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": batch})
             return [CountedDown(*row) for row in cursor.fetchall()]
+
+    def estimate_count(self, queryset: QuerySet[Any]) -> int | None:
+        # The whole table: the row count ANALYZE and autovacuum keep in pg_class (-1 or 0
+        # before the first ANALYZE: then there is no estimate). A filter: the planner's own
+        # row estimate for the query, which costs a plan, not a scan.
+        if not queryset.query.where:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            return int(row[0]) if row and row[0] > 0 else None
+        sql, params = queryset.order_by().values("pk").query.sql_with_params()
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            (plan,) = cursor.fetchone()
+        if isinstance(plan, str):
+            plan = json.loads(plan)
+        return int(plan[0]["Plan"]["Plan Rows"])
 
     def now(self) -> datetime:
         with self.connection.cursor() as cursor:

@@ -7,6 +7,7 @@ an ``OperationResult`` naming it; losing a race is reported, never raised.
 
 from .holds import hold_job, release_job
 from .jobs import OperationResult, cancel_job, cancel_jobs, redrive, retry_job
+from .purge import purge_jobs
 from .queues import pause_queue, resume_queue
 from .schedules import run_schedule_now
 from .workers import scale_worker, workers
@@ -21,6 +22,7 @@ __all__ = [
     "fail_job",
     "hold_job",
     "pause_queue",
+    "purge_jobs",
     "redrive",
     "release_job",
     "resume_queue",

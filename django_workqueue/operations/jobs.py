@@ -31,7 +31,7 @@ T = TypeVar("T")
 class OperationResult:
     action: str
     """What was done: "cancelled", "cancel_requested", "redriven", "retried", "completed",
-    "failed", "held", "released", "paused", "resumed" or "unchanged"."""
+    "failed", "held", "released", "paused", "resumed", "purged" or "unchanged"."""
     count: int
     message: str
 

@@ -454,3 +454,20 @@ def test_now_is_the_databases_clock_in_utc():
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.enqueued_at <= now <= second.enqueued_at
+
+
+def test_estimate_count_is_the_planners_on_postgresql_and_none_on_sqlite(vendor) -> None:
+    from django.db import connection
+
+    from tests.support.factories import JobFactory
+
+    JobFactory.create_batch(20)
+    driver = driver_for("default")
+    if vendor == "sqlite":
+        assert driver.estimate_count(Job.objects.all()) is None
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    assert driver.estimate_count(Job.objects.all()) == 20
+    estimate = driver.estimate_count(Job.objects.filter(status="ready"))
+    assert estimate is not None and 1 <= estimate <= 20

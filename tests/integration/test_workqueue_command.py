@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_workqueue import operations
-from django_workqueue.models import Job, Queue, WorkerProcess
+from django_workqueue.models import AuditRecord, Job, Queue, WorkerProcess
 from testproject.testapp.tasks import add, always_fails, send_mail
 
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -304,3 +304,22 @@ def test_a_mutation_over_several_batches_reports_one_line():
 
     assert run("cancel", "--all", "--yes") == (0, "cancel: 1100 of 1100 job(s) changed\n", "")
     assert not Job.objects.exclude(status="cancelled").exists()
+
+
+def test_purge_by_ids_deletes_those_finished_jobs_only():
+    done = Job.objects.create(task_name=add.name, status="succeeded", finished_at=T0)
+    waiting = Job.objects.create(task_name=add.name)
+
+    assert run("purge", str(done.pk), str(waiting.pk), "--dry-run")[:2] == (
+        0, "purge would delete 1 of 2 job(s)\n",
+    )  # fmt: skip
+    assert Job.objects.count() == 2
+    code, out, _ = run("purge", str(done.pk), str(waiting.pk))
+    assert (code, out) == (0, "purge: 1 finished job(s) deleted\n")
+    assert list(Job.objects.values_list("pk", flat=True)) == [waiting.pk]
+    record = AuditRecord.objects.get()
+    assert (record.action, record.target, record.changed, record.source) == (
+        "purge", {"ids": [done.pk, waiting.pk]}, 1, "cli",
+    )  # fmt: skip
+    assert run("purge", str(waiting.pk))[0] == 1  # nothing it may delete
+    assert run("purge", str(waiting.pk), "--status", "failed")[0] == 2

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import audit
+from ... import audit, operations
 from ...cli import actions, reports, tables
 from ...cli.authority import Authority, NotAllowed
 from ...cli.confirmation import confirm
@@ -24,6 +24,7 @@ from ...cli.selection import add_filter_arguments, duration, filters_from, job_i
 from ...conf import workqueue_settings as conf
 from ...exceptions import UnknownQueue
 from ...models import AuditSource, Job
+from ...operations.purge import purgeable
 from ...registry import MAX_ATTEMPTS
 
 NOTHING_CHANGED = 1
@@ -98,6 +99,11 @@ class Command(BaseCommand):
         purge = sub(
             "purge", "Delete finished jobs past WORKQUEUE['RETENTION'] now.", dry_run=True,
             confirms=True,
+        )  # fmt: skip
+        purge.add_argument(
+            "ids", nargs="*", type=job_id, metavar="ID",
+            help="Instead of retention: delete these finished jobs (outside workflows, with no "
+            "dependents; the others are kept).",
         )  # fmt: skip
         purge.add_argument(
             "--older-than", type=duration, metavar="AGE",
@@ -176,6 +182,8 @@ class Command(BaseCommand):
         self._report(report)
 
     def _purge(self, alias: str, options: dict[str, Any]) -> None:
+        if options["ids"]:
+            return self._purge_ids(alias, options)
         policy = actions.purge_policy(options["status"], options["older_than"])
         dry_run = options["dry_run"]
         total = None if dry_run else actions.purge_total(policy, alias)
@@ -196,6 +204,30 @@ class Command(BaseCommand):
                 f"{result['workflows']} workflow(s)"
             )
         if not result["total"] and not result["workflows"]:
+            raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _purge_ids(self, alias: str, options: dict[str, Any]) -> None:
+        """``purge ID ...``: the chosen finished jobs now (``operations.purge_jobs``)."""
+        if options["older_than"] or options["status"]:
+            raise CommandError(
+                "purge: give job ids or --older-than/--status, not both", returncode=ERROR
+            )
+        ids = list(dict.fromkeys(options["ids"]))
+        if options["dry_run"]:
+            would = purgeable(Job.objects.using(alias).filter(pk__in=ids)).count()
+            report = {"action": "purge", "dry_run": True, "total": would, "ids": ids}
+            message = f"purge would delete {would} of {len(ids)} job(s)"
+        else:
+            result = operations.purge_jobs(ids, alias=alias)
+            self._audit(alias, "purge", {"ids": ids}, result.count)
+            would = result.count
+            report = {"action": "purge", "dry_run": False, "total": result.count, "ids": ids}
+            message = f"purge: {result.message}"
+        if self.json:
+            tables.dump(self.stdout, report)
+        else:
+            self.stdout.write(message)
+        if not would:
             raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
 
     def _audit(self, alias: str, action: str, target: dict[str, Any], changed: int) -> None:

@@ -1,5 +1,5 @@
-"""The Django admin of the job queue. For now the audit trail: every operator change, read-only
-(records are written by ``audit.record()``, never by hand)."""
+"""The audit trail in the admin: every operator change, read-only (records are written by
+``audit.record()``, never by hand)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import AuditRecord
+from ..models import AuditRecord
+from .pagination import EstimatedCountPaginator
 
 
 @admin.register(AuditRecord)
@@ -18,6 +19,7 @@ class AuditRecordAdmin(admin.ModelAdmin):
     search_fields = ["actor", "action"]
     readonly_fields = ["created_at", "user_pk", "actor", "action", "target", "changed", "source"]
     show_full_result_count = False  # no COUNT(*) over a long trail
+    paginator = EstimatedCountPaginator
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -1,0 +1,119 @@
+"""Pictures drawn on the server as SVG: a workflow's graph and the dashboard's charts. No
+script and nothing from a CDN; the markup is built with ``format_html``, so every name in it is
+escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from ..workflow.layout import WorkflowGraph
+
+STATUS_COLOURS = {
+    "blocked": "#b0b7c3", "scheduled": "#9ec5fe", "ready": "#6ea8fe", "held": "#e0a800",
+    "running": "#0d6efd", "succeeded": "#198754", "failed": "#dc3545", "cancelled": "#6c757d",
+}  # fmt: skip
+
+NODE_WIDTH, NODE_HEIGHT = 150, 36
+COLUMN, ROW = 200, 56
+MARGIN = 12
+
+
+def workflow_svg(graph: WorkflowGraph, job_url: Callable[[int], str]) -> SafeString:
+    """The graph in layers from left to right: one box per job, coloured by its status and
+    linking to ``job_url(job_id)``, one arrow per dependency."""
+    where = {
+        node.job_id: (MARGIN + node.layer * COLUMN, MARGIN + node.row * ROW) for node in graph.nodes
+    }
+    width = MARGIN * 2 + max(graph.layers - 1, 0) * COLUMN + NODE_WIDTH
+    height = MARGIN * 2 + max(graph.widest - 1, 0) * ROW + NODE_HEIGHT
+    edges = format_html_join(
+        "\n", '<line class="wq-edge" data-from="{}" data-to="{}" x1="{}" y1="{}" x2="{}" y2="{}" '
+        'marker-end="url(#wq-arrow)"/>',
+        (
+            (edge.prerequisite, edge.job, *_right(where[edge.prerequisite]),
+             *_left(where[edge.job]))
+            for edge in graph.edges
+        ),
+    )  # fmt: skip
+    nodes = format_html_join(
+        "\n",
+        '<a href="{}" class="wq-node" data-job="{}" data-status="{}"><title>#{} {} ({})</title>'
+        '<rect x="{}" y="{}" width="{}" height="{}" rx="6" fill="{}"/>'
+        '<text x="{}" y="{}">#{} {}</text></a>',
+        (
+            (job_url(node.job_id), node.job_id, node.status, node.job_id, node.task_name,
+             node.status, where[node.job_id][0], where[node.job_id][1], NODE_WIDTH, NODE_HEIGHT,
+             STATUS_COLOURS.get(node.status, "#999"), where[node.job_id][0] + 8,
+             where[node.job_id][1] + 22, node.job_id, _short(node.task_name))
+            for node in graph.nodes
+        ),
+    )  # fmt: skip
+    return format_html(
+        '<svg class="wq-graph" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" role="img" aria-label="workflow graph">'
+        '<defs><marker id="wq-arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+        'markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z"/></marker>'
+        "</defs>{}{}</svg>",
+        width, height, width, height, edges, nodes,
+    )  # fmt: skip
+
+
+def _right(corner: tuple[int, int]) -> tuple[int, int]:
+    """The middle of the right side of the box at ``corner``: where its arrows leave."""
+    return corner[0] + NODE_WIDTH, corner[1] + NODE_HEIGHT // 2
+
+
+def _left(corner: tuple[int, int]) -> tuple[int, int]:
+    return corner[0], corner[1] + NODE_HEIGHT // 2
+
+
+def _short(task_name: str, limit: int = 16) -> str:
+    name = task_name.rsplit(".", 1)[-1]
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+CHART_WIDTH, CHART_HEIGHT = 640, 160
+PAD = 30
+
+
+def bar_chart(
+    values: Sequence[float],
+    *,
+    label: str,
+    unit: str = "",
+    css_class: str = "wq-chart",
+    span: tuple[str, str] = ("", ""),
+) -> SafeString:
+    """A bar per value (oldest first), scaled to the largest, with the maximum written on the
+    axis and ``span`` (the first and last bars' names) under it; an empty series draws an
+    empty frame."""
+    top = max(values, default=0) or 1
+    n = max(len(values), 1)
+    slot = (CHART_WIDTH - PAD) / n
+    bars = format_html_join(
+        "", '<rect class="wq-bar" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
+        (
+            (f"{PAD + i * slot:.1f}",
+             f"{CHART_HEIGHT - PAD - (value / top) * (CHART_HEIGHT - 2 * PAD):.1f}",
+             f"{max(slot - 1, 1):.1f}", f"{(value / top) * (CHART_HEIGHT - 2 * PAD):.1f}",
+             f"{value:g}{unit}")
+            for i, value in enumerate(values)
+        ),
+    )  # fmt: skip
+    return format_html(
+        '<svg class="{}" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" '
+        'viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999"/>'
+        '<text x="2" y="{}" font-size="10">{}</text><text x="2" y="{}" font-size="10">0</text>'
+        '<text x="{}" y="{}" font-size="10">{}</text>'
+        '<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>'
+        "{}</svg>",
+        css_class, CHART_WIDTH, CHART_HEIGHT, CHART_WIDTH, CHART_HEIGHT, label,
+        PAD, CHART_HEIGHT - PAD, CHART_WIDTH, CHART_HEIGHT - PAD,
+        PAD - 10, f"{top:g}{unit}", CHART_HEIGHT - PAD,
+        PAD, CHART_HEIGHT - PAD + 14, span[0], CHART_WIDTH, CHART_HEIGHT - PAD + 14, span[1],
+        bars or mark_safe(""),
+    )  # fmt: skip
