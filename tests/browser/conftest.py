@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from tests.support.processes import (
     REPO_ROOT,
@@ -33,6 +33,7 @@ from tests.support.waiting import wait_until
 
 CHROMIUM = os.environ.get("WORKQUEUE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO_ROOT / "docs" / "images"
+APP_NAME = "workqueue-browser-test"
 PASSWORD = "browser-test-pw"  # a throwaway user of the test database
 
 
@@ -47,7 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def server_env(transactional_db: None) -> Callable[..., dict[str, str]]:
     def build(**overrides: str) -> dict[str, str]:
-        return worker_environment(connection.settings_dict, **overrides)
+        # PGAPPNAME names the subprocesses' PostgreSQL sessions, so teardown can wait for them.
+        return worker_environment(connection.settings_dict, PGAPPNAME=APP_NAME, **overrides)
 
     return build
 
@@ -63,13 +65,14 @@ def start_worker(
 
 @pytest.fixture
 def live_url(server_env: Callable[..., dict[str, str]], tmp_path: Path) -> Iterator[str]:
-    """The address of a daphne server running ``testproject.asgi`` on the test database."""
+    """The address of a daphne server running ``testproject.asgi`` on the test database
+    (DEBUG on: it serves the static files, as runserver does)."""
     port = _free_port()
     log = (tmp_path / "daphne.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
          "testproject.asgi:application"],
-        cwd=REPO_ROOT, env=server_env(), stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT, env=server_env(DEBUG="1"), stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         wait_until(
@@ -82,7 +85,7 @@ def live_url(server_env: Callable[..., dict[str, str]], tmp_path: Path) -> Itera
         process.kill()
         process.wait(timeout=30)
         log.close()
-        _wait_for_other_sessions_to_end()
+        _wait_for_server_sessions_to_end()
         print("--- daphne:\n" + (tmp_path / "daphne.log").read_text(errors="replace"))
 
 
@@ -104,6 +107,9 @@ def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
         )
         yield browser
+        # The ORM calls a test makes while Playwright's loop runs use a connection of their
+        # own (the loop gives them another context): close it here, where it is reachable.
+        connections.close_all()
         browser.close()
 
 
@@ -116,32 +122,33 @@ def page(chromium: Any) -> Iterator[Any]:
     context.close()
 
 
-def screenshot(page_or_element: Any, name: str, tmp_path: Path) -> Path:
+def screenshot(page_or_element: Any, name: str, tmp_path: Path, **options: Any) -> Path:
     """Take a screenshot; into ``docs/images`` (the README's pictures) when
     ``WORKQUEUE_UPDATE_SCREENSHOTS=1`` (``make screenshots``), else beside the test's files."""
     folder = SCREENSHOTS if os.environ.get("WORKQUEUE_UPDATE_SCREENSHOTS") else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    page_or_element.screenshot(path=str(path))
+    page_or_element.screenshot(path=str(path), **options)
     assert path.stat().st_size > 5_000, f"{name} is nearly empty"
     return path
 
 
-def _wait_for_other_sessions_to_end() -> None:
-    """A killed server's PostgreSQL sessions end a moment after it: wait, so that the test
+def _wait_for_server_sessions_to_end() -> None:
+    """A killed subprocess's PostgreSQL sessions end a moment after it: wait, so that the test
     database can be dropped."""
     if connection.vendor != "postgresql":
         return
 
-    def alone() -> bool:
+    def gone() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "WHERE datname = current_database() AND application_name = %s",
+                [APP_NAME],
             )
             return cursor.fetchone()[0] == 0
 
-    wait_until(alone, timeout=10, interval=0.05, message="the server's sessions to end")
+    wait_until(gone, timeout=10, interval=0.05, message="the server's sessions to end")
 
 
 def _free_port() -> int:

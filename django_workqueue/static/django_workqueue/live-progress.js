@@ -57,6 +57,12 @@
     elements(".wq-progress-status", jobId, onlyJob).forEach(function (el) {
       el.textContent = job.status;
     });
+    elements(".wq-progress-count", jobId, onlyJob).forEach(function (el) {
+      var hasCurrent = progress.current !== null && progress.current !== undefined;
+      el.textContent = hasCurrent
+        ? progress.current + (progress.total ? " / " + progress.total : "")
+        : "";
+    });
   }
 
   function follow(jobId, base, onlyJob) {
