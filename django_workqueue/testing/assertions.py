@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-from django.utils.json import normalize_json
 
 from ..conf import workqueue_settings as conf
 
@@ -40,14 +39,19 @@ def enqueued_jobs(
     jobs = Job.objects.using(conf.DATABASE).filter(task_name=_task_name(task)).order_by("pk")
     if status is not None:
         jobs = jobs.filter(status__in=[status] if isinstance(status, str) else list(status))
-    wanted_args = None if args is None else normalize_json(list(args))
-    wanted_kwargs = None if kwargs is None else normalize_json(dict(kwargs))
+    wanted_args = None if args is None else _as_stored(list(args))
+    wanted_kwargs = None if kwargs is None else _as_stored(dict(kwargs))
     return [
         job
         for job in jobs
         if (wanted_args is None or job.args == wanted_args)
         and (wanted_kwargs is None or job.kwargs == wanted_kwargs)
     ]
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as a job stores it (JSON): tuples become lists, keys strings."""
+    return json.loads(json.dumps(value))
 
 
 def _describe_call(args: Any, kwargs: Any) -> str:
