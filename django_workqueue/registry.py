@@ -634,13 +634,13 @@ def check_unique_mode(owner: str, on_conflict: Any, unique_for: Any) -> None:
 
 
 def get_task(name: str) -> Task[..., Any]:
-    try:
-        return _registry[name]
-    except KeyError:
+    found = find_task(name)
+    if found is None:
         raise TaskNotRegistered(
             f"no task is registered as {name!r}; is the module that defines it imported "
             f"(an installed app's tasks.py, or WORKQUEUE['TASK_MODULES'])?"
-        ) from None
+        )
+    return found
 
 
 def find_task(name: str) -> Task[..., Any] | None:
