@@ -41,6 +41,8 @@ from .exceptions import WorkqueueError
 
 if TYPE_CHECKING:
     from .models import Job
+    from .registry import Task as EngineTask
+    from .workflow.canvas import Signature
 
 # Our task options a Django task may take (per task in OPTIONS, or on Django 6.1 as arguments
 # of @task); queue and priority are Django's own.
@@ -80,6 +82,18 @@ class WorkqueueTask(Task):
     cron: str | None = None
     timezone: str | None = None
     catch_up: str | None = None
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these arguments as a step of a workflow (``chain``, ``group``,
+        ``.then``), as our tasks' ``.s()``; a chain's step gets the previous step's result
+        first.
+
+        >>> chain(fetch.s(url), parse.s()).enqueue()
+        """
+        backend = self.get_backend()
+        if not isinstance(backend, WorkqueueBackend):
+            raise InvalidTask(f"{self.module_path}: workflows need the WorkqueueBackend")
+        return backend.engine_task(self).s(*args, **kwargs)
 
 
 class WorkqueueBackend(BaseTaskBackend):
@@ -170,14 +184,18 @@ class WorkqueueBackend(BaseTaskBackend):
         except WorkqueueError as exc:
             raise InvalidTask(str(exc)) from None
 
+    def engine_task(self, task: Task) -> EngineTask[..., Any]:
+        """Our task running ``task``, with its queue, priority and run_after."""
+        self.validate_task(task)
+        ours = django_tasks.register(task, self.task_options(task))
+        return ours.using(queue=task.queue_name, priority=task.priority, run_at=task.run_after)
+
     def _prepare(self, task: Task, args: Any, kwargs: Any) -> Any:
         """Our task for ``task`` with its queue, priority and run_after, checked as our
         ``enqueue`` checks (before anything is written or deferred)."""
         from .enqueue import encode_call, job_template
 
-        self.validate_task(task)
-        ours = django_tasks.register(task, self.task_options(task))
-        ours = ours.using(queue=task.queue_name, priority=task.priority, run_at=task.run_after)
+        ours = self.engine_task(task)
         job_template(ours)
         call = encode_call(args, kwargs, ours.name)
         ours.spec.check_arguments(call.args, call.kwargs)

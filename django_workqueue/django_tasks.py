@@ -194,9 +194,9 @@ def task_result(job: Job, django_task: DjangoTask, alias: str) -> TaskResult:
 
 
 def worker_ids(job: Job) -> list[str]:
-    """One id per attempt (Django counts attempts as ``len(worker_ids)``): the worker an
-    error entry names, the lease owner for the running attempt, else ``"unknown"`` (a
-    finished attempt's worker is not kept)."""
+    """One id per attempt (Django counts attempts as ``len(worker_ids)``): the worker each
+    failed attempt's error entry names, the lease owner for the running attempt, else
+    ``"unknown"`` (a successful attempt's worker is not kept)."""
     named = {
         entry.get("attempt"): entry.get("worker")
         for entry in job.errors or []

@@ -48,3 +48,4 @@ def test_killed_worker_leaves_the_result_a_second_attempt(
     assert result.attempts == 2
     assert [error.exception_class_path for error in result.errors] == ["LeaseExpired"]
     assert a.worker_id in result.errors[0].traceback
+    assert result.worker_ids == [a.worker_id, "unknown"]  # a success keeps no worker

@@ -111,6 +111,7 @@ def test_a_failure_after_retries_lists_every_error(tasks: Any) -> None:
     assert drain() == 2
     result.refresh()
     assert result.status == "FAILED" and result.attempts == 2
+    assert all(worker.startswith("drain:") for worker in result.worker_ids)
     assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
     assert "no luck" in result.errors[-1].traceback
     assert "Traceback" in result.errors[-1].traceback
@@ -297,3 +298,15 @@ def test_task_decorator_takes_our_options_on_django_61() -> None:
     decorated = task(max_attempts=9, backoff=0)(retried_often)
     assert decorated.max_attempts == 9
     assert find_task(decorated.module_path).spec.max_attempts == 9
+
+
+def test_django_tasks_are_workflow_steps(tasks: Any) -> None:
+    from django_workqueue import chain
+
+    workflow = chain(tasks.add.s(1, 2), tasks.add.s(10), tasks.send.s()).enqueue()
+    assert drain() == 3
+    workflow.refresh_from_db()
+    assert workflow.status == "succeeded"
+    last = Job.objects.filter(workflow=workflow).order_by("pk").last()
+    assert last.result == "hello -> 13"
+    assert tasks.send.get_result(str(last.pk)).return_value == "hello -> 13"
