@@ -24,6 +24,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if not config.pluginmanager.is_registered(pytest_plugin):
         config.pluginmanager.register(pytest_plugin, "django_workqueue")
+    # tests/sample_project runs a user's suite in a subprocess with the pytester fixture.
+    config.pluginmanager.import_plugin("pytester")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
