@@ -4,7 +4,9 @@ tests, run by pytest in a subprocess; the fixtures come from the package's entry
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +51,16 @@ TESTS = """
 
 
 def _installed_with_entry_point() -> bool:
-    return any(entry.value == PLUGIN for entry in importlib.metadata.entry_points(group="pytest11"))
+    # Only where an installed package is found: the checkout's own egg-info (made by
+    # ``pip install -e``) is on the path here, not in the subprocess.
+    here = Path(__file__).resolve().parents[2]
+    paths = [p for p in sys.path if p and Path(p).resolve() != here]
+    return any(
+        entry.value == PLUGIN
+        for dist in importlib.metadata.distributions(path=paths)
+        for entry in dist.entry_points
+        if entry.group == "pytest11"
+    )
 
 
 @pytest.mark.skipif(
