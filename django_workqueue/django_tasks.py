@@ -144,7 +144,7 @@ def started(django_task: DjangoTask, context: JobContext) -> TaskResult:
 
     from .models import Job
 
-    job = Job.objects.using(context._driver.alias).get(pk=context.job.id)
+    job = Job.objects.using(_alias()).get(pk=context.job.id)
     backend = django_task.get_backend()
     result = task_result(job, django_task, backend.alias)
     task_started.send(sender=type(backend), task_result=result)
