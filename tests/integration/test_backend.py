@@ -310,3 +310,11 @@ def test_django_tasks_are_workflow_steps(tasks: Any) -> None:
     last = Job.objects.filter(workflow=workflow).order_by("pk").last()
     assert last.result == "hello -> 13"
     assert tasks.send.get_result(str(last.pk)).return_value == "hello -> 13"
+
+
+def test_check_reports_unknown_options(tasks: Any) -> None:
+    options = {"EAGERLY": True, "TASK_OPTIONS": {"tests.support.django_tasks.add": {"tries": 1}}}
+    with override_settings(TASKS=_tasks_setting(**options)):
+        messages = tasks.add.get_backend().check()
+    assert [m.id for m in messages] == ["django_workqueue.E101", "django_workqueue.E101"]
+    assert "'EAGERLY'" in messages[0].msg and "'tries'" in messages[1].msg
