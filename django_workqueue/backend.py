@@ -235,7 +235,7 @@ class WorkqueueBackend(BaseTaskBackend):
         the result's ``id`` is filled in then)."""
         ours = self._prepare(task, args, kwargs)
         if self.on_commit and transaction.get_connection(conf.DATABASE).in_atomic_block:
-            result = self._result(task, None, args, kwargs)
+            result = self._result(task, None, args, kwargs, announce=False)
 
             def insert() -> None:
                 _fill(result, ours.enqueue(*args, **kwargs))

@@ -171,9 +171,14 @@ def task_result(job: Job, django_task: DjangoTask, alias: str) -> TaskResult:
         errors.append(
             TaskError(exception_class_path=CANCELLED_ERROR, traceback="JobCancelled: cancelled")
         )
+    from django.tasks.exceptions import InvalidTask
+
     task = django_task
     if task.queue_name != job.queue or task.priority != job.priority:
-        task = task.using(queue_name=job.queue, priority=job.priority)
+        try:
+            task = task.using(queue_name=job.queue, priority=job.priority)
+        except InvalidTask:  # a queue the settings no longer list: the result still reads
+            pass
     result: TaskResult = TaskResult(
         task=task,
         id=str(job.pk),

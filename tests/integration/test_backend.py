@@ -221,12 +221,22 @@ def test_enqueue_joins_the_callers_transaction(tasks: Any) -> None:
 def test_on_commit_option_inserts_after_the_commit(
     tasks: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
+    from django.tasks.signals import task_enqueued
+
+    announced: list[str] = []
+
+    def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        announced.append(task_result.id)
+
+    task_enqueued.connect(receive)
     with override_settings(TASKS=_tasks_setting(ON_COMMIT=True)):
         with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
             result = tasks.add.enqueue(1, 2)
             assert result.id == ""
             assert not Job.objects.filter(task_name="tests.support.django_tasks.add").exists()
+        task_enqueued.disconnect(receive)
         assert Job.objects.get(pk=int(result.id)).task_name == "tests.support.django_tasks.add"
+        assert announced == [result.id]  # once, with the id the commit gave it
         with pytest.raises(RuntimeError), transaction.atomic():
             tasks.add.enqueue(3, 4)
             raise RuntimeError("roll back")
