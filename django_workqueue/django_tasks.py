@@ -13,6 +13,7 @@ Importable on every Django version: on Django < 6.0 nothing resolves.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
@@ -175,10 +176,9 @@ def task_result(job: Job, django_task: DjangoTask, alias: str) -> TaskResult:
 
     task = django_task
     if task.queue_name != job.queue or task.priority != job.priority:
-        try:
+        # A queue the settings no longer list keeps the task's own: the result still reads.
+        with contextlib.suppress(InvalidTask):
             task = task.using(queue_name=job.queue, priority=job.priority)
-        except InvalidTask:  # a queue the settings no longer list: the result still reads
-            pass
     result: TaskResult = TaskResult(
         task=task,
         id=str(job.pk),
