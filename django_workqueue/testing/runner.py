@@ -94,6 +94,12 @@ def run_job(job: Job | int) -> Job:
     claimed = driver.claim_job(job_id, owner)
     if claimed is None:
         row = Job.objects.using(conf.DATABASE).filter(pk=job_id).first()
+        if row is not None and row.status == "ready":
+            raise WorkqueueError(
+                f"run_job(): job {job_id} is ready but cannot be claimed by itself: its task "
+                f"is flow-controlled (concurrency=, rate=, fair_key=, batch_size=) or its "
+                f"queue is paused; drain() claims it under its limits"
+            )
         state = "does not exist" if row is None else f"is {row.status}"
         raise WorkqueueError(
             f"run_job(): job {job_id} {state}, not ready; run_job runs one attempt of a "

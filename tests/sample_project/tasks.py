@@ -36,6 +36,11 @@ def flaky_charge(context, order_id: int) -> str:  # type: ignore[no-untyped-def]
     return "charged"
 
 
+@task(concurrency=1)
+def print_label(order_id: int) -> str:
+    return f"label {order_id}"
+
+
 def confirm_order(order_id: int) -> None:
     """What a view would do: confirm, then enqueue the receipt (joining the transaction)."""
     send_receipt.enqueue(order_id)

@@ -18,6 +18,7 @@ from django_workqueue.testing import assert_enqueued, assert_not_enqueued, drain
 from tests.sample_project.tasks import (
     confirm_order,
     flaky_charge,
+    print_label,
     reserve_stock,
     send_receipt,
     ship,
@@ -59,6 +60,14 @@ class OrderTests(TestCase):
         assert (job.status, job.attempt) == (Status.READY, 1)
         with self.assertRaisesMessage(WorkqueueError, "is succeeded, not ready"):
             run_job(run_job(send_receipt.enqueue(1)))
+
+    def test_flow_controlled_jobs_run_with_drain(self) -> None:
+        job = print_label.enqueue(4)
+        with self.assertRaisesMessage(WorkqueueError, "is ready but cannot be claimed by itself"):
+            run_job(job)
+        assert drain() == 1
+        job.refresh_from_db()
+        assert (job.status, job.result) == (Status.SUCCEEDED, "label 4")
 
     def test_assert_enqueued_says_what_was_enqueued_instead(self) -> None:
         send_receipt.enqueue(1)
