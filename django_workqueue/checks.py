@@ -86,6 +86,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    if not isinstance(conf.EAGER, bool):
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['EAGER'] must be True or False, got {conf.EAGER!r}.",
+                hint="EAGER runs jobs in the enqueueing process: for tests, never production.",
+                id="django_workqueue.E002",
+            )
+        )
     if not isinstance(conf.CLI_REQUIRE_USER, bool):
         errors.append(
             checks.Error(

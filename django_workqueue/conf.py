@@ -94,6 +94,10 @@ DEFAULTS: dict[str, Any] = {
     # Attempt middlewares: dotted paths of factories make(next_call) -> call(context) wrapping
     # every attempt, the first listed outermost (docs/guides/observability.md#middleware).
     "MIDDLEWARE": [],
+    # Tests and local development: every job runs in the enqueueing process right after its
+    # enqueue commits, through the worker's own code path, with the jobs it releases
+    # (django_workqueue.testing; docs/guides/testing.md). Never in production.
+    "EAGER": False,
 }
 
 

@@ -15,6 +15,12 @@ _LEAVE = object()  # marks, on the stack, the end of a container's items
 _SHORT_INT_BITS = 2000
 
 
+# The deepest nesting of lists and dicts a payload may have: SQLite's JSON functions refuse
+# more than 1000 levels, and Python before 3.13 cannot encode much more than that either, so
+# the limit holds the same on every Python and database.
+MAX_DEPTH = 900
+
+
 def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
     """Return (path, reason) of the first part of ``value`` that does not round-trip as JSON."""
     stack: list[tuple[Any, Any]] = [(value, path)]
@@ -40,6 +46,11 @@ def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
         if isinstance(item, list | tuple | dict):
             if id(item) in enclosing:
                 return where, "refers back to a list or dict containing it (a circular reference)"
+            if len(enclosing) >= MAX_DEPTH:
+                return where, (
+                    f"is nested too deeply (more than {MAX_DEPTH} levels of lists and dicts) "
+                    f"to store as JSON; flatten it"
+                )
             enclosing.add(id(item))
             stack.append((_LEAVE, id(item)))
         if isinstance(item, list | tuple):

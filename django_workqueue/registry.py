@@ -248,6 +248,19 @@ class Task(Generic[P, R]):
 
         return enqueue_one(self, args, kwargs)
 
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code (async views, consumers).
+
+        >>> job = await add.aenqueue(1, 2)
+
+        The insert runs where Django runs the ORM's async calls (``sync_to_async``, thread
+        sensitive): Django's database layer is synchronous, and async code holds no
+        transaction for it to join.
+        """
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
+
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """This task with these arguments, as a step of a workflow (checked when the workflow
         is enqueued; a chain's step also receives the previous step's result first).
@@ -630,18 +643,24 @@ def check_unique_mode(owner: str, on_conflict: Any, unique_for: Any) -> None:
 
 
 def get_task(name: str) -> Task[..., Any]:
-    try:
-        return _registry[name]
-    except KeyError:
+    found = find_task(name)
+    if found is None:
         raise TaskNotRegistered(
             f"no task is registered as {name!r}; is the module that defines it imported "
             f"(an installed app's tasks.py, or WORKQUEUE['TASK_MODULES'])?"
-        ) from None
+        )
+    return found
 
 
 def find_task(name: str) -> Task[..., Any] | None:
-    """The task registered as ``name``, or None."""
-    return _registry.get(name)
+    """The task registered as ``name``, or None. A name no ``@task`` registered may be a
+    ``django.tasks`` task of the ``WorkqueueBackend``, imported by its path on first use."""
+    found = _registry.get(name)
+    if found is None:
+        from .django_tasks import resolve
+
+        found = resolve(name)
+    return found
 
 
 def registered_tasks() -> dict[str, Task[..., Any]]:

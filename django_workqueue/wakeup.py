@@ -30,3 +30,10 @@ def wake(queues: Iterable[str]) -> None:
     for event, served in listeners:
         if served & wanted:
             event.set()
+    from .conf import workqueue_settings as conf
+
+    if conf.EAGER:
+        # WORKQUEUE["EAGER"] (tests): what a worker would now claim runs here, at once.
+        from .testing.runner import run_eagerly
+
+        run_eagerly()

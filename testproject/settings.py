@@ -7,6 +7,7 @@ DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
 import importlib.util
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -116,6 +117,22 @@ WORKQUEUE = {
     "REALTIME": None if _REALTIME == "off" else _REALTIME,
     "REALTIME_POLL_INTERVAL": env.float("WORKQUEUE_REALTIME_POLL_INTERVAL", default=0.2),
 }
+
+# Django 6's django.tasks on this engine (docs/guides/django-tasks.md); Django 5.2 has none.
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_workqueue.backend.WorkqueueBackend",
+            "QUEUES": ["default", "mail"],
+            "OPTIONS": {
+                "TASK_OPTIONS": {
+                    # The crash test's task: a killed attempt is recovered within seconds.
+                    "tests.support.django_tasks.die_once": {"lease_seconds": 2},
+                    "tests.support.django_tasks.boom": {"max_attempts": 2, "backoff": 0},
+                }
+            },
+        }
+    }
 
 LOGGING = {
     "version": 1,

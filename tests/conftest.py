@@ -17,6 +17,17 @@ from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The plugin users get from the package's pytest11 entry point; registered here too for
+    # an environment installed before the entry point existed.
+    from django_workqueue.testing import pytest_plugin
+
+    if not config.pluginmanager.is_registered(pytest_plugin):
+        config.pluginmanager.register(pytest_plugin, "django_workqueue")
+    # tests/sample_project runs a user's suite in a subprocess with the pytester fixture.
+    config.pluginmanager.import_plugin("pytester")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if connection.vendor == "postgresql":
         return

@@ -451,7 +451,7 @@ class PostgresDriver(Driver):
             f"result = COALESCE(v.result::jsonb, j.result), "
             f"errors = CASE WHEN v.has_error THEN j.errors || jsonb_build_array(jsonb_build_object("
             f"  'attempt', j.attempt, 'at', {ISO_CLOCK}, 'type', v.etype, 'message', v.emessage, "
-            f"  'traceback', v.etraceback)) ELSE j.errors END, "
+            f"  'traceback', v.etraceback, 'worker', %(owner)s::text)) ELSE j.errors END, "
             f"run_after = CASE WHEN v.delay IS NOT NULL "
             f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
             f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "

@@ -98,7 +98,7 @@ def run_job(job_id: int) -> bool:
         logger.debug("job %s: no longer ready (a worker claimed it first)", job_id)
         return False
     try:
-        _attempt(driver, claimed, owner)
+        run_claimed(driver, claimed, owner)
     except Exception:
         logger.exception(
             "job %s attempt %s: running it here failed; a worker retries it once its lease "
@@ -107,7 +107,10 @@ def run_job(job_id: int) -> bool:
     return True
 
 
-def _attempt(driver: Driver, job: ClaimedJob, owner: str) -> None:
+def run_claimed(driver: Driver, job: ClaimedJob, owner: str, *, heartbeat: bool = True) -> None:
+    """Run one attempt of ``job`` (claimed by ``owner``) on this thread and record its
+    outcome. Without ``heartbeat`` no thread renews the lease (``django_workqueue.testing``:
+    a test's own connection and transaction, no other thread)."""
     from ..context import JobContext
     from ..registry import find_task
     from ..worker.asyncloop import AsyncLoop
@@ -116,14 +119,16 @@ def _attempt(driver: Driver, job: ClaimedJob, owner: str) -> None:
     task = find_task(job.task_name)
     progress = ProgressWriter()
     context = JobContext(job, owner=owner, driver=driver, on_progress=progress.report)
-    heartbeat = Heartbeat(driver, context, task.spec.timeout if task else None)
+    keeper = Heartbeat(driver, context, task.spec.timeout if task else None)
     loop = AsyncLoop() if task is not None and task.spec.is_async else None
-    heartbeat.start()
+    if heartbeat:
+        keeper.start()
     try:
         outcome, pending = run(job, context, driver, loop)
     finally:
         context.finished = True  # the heartbeat must not take the outcome's write for a loss
-        heartbeat.stop()
+        if heartbeat:
+            keeper.stop()
         if loop is not None:
             loop.close()
     if outcome is not None and pending:

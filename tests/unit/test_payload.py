@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from django_workqueue.exceptions import PayloadNotJSON, PayloadTooLarge
-from django_workqueue.payload import check_size, describe, encode, find_non_json
+from django_workqueue.payload import MAX_DEPTH, check_size, describe, encode, find_non_json
 
 
 @pytest.mark.parametrize(
@@ -96,8 +96,10 @@ def test_deep_nesting_is_walked_without_recursion():
         inner.append([])
         inner = inner[0]
     inner.append(object())
-    where, _ = find_non_json(value, "args")
-    assert where == "args" + "[0]" * 5001
+    where, reason = find_non_json(value, "args")
+    # Walked to the depth limit without a RecursionError, and refused there.
+    assert where == "args" + "[0]" * MAX_DEPTH
+    assert "nested too deeply" in reason
 
 
 @pytest.mark.timeout(10)

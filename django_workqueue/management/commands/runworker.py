@@ -171,6 +171,15 @@ class Command(BaseCommand):
                             "this host only; the page has no authentication: 0.0.0.0 shows "
                             "the counters to every network that reaches the host).")  # fmt: skip
 
+    def check(self, *args: Any, **kwargs: Any) -> Any:
+        # Django 6.1 runs the model checks against every database when none is named (a
+        # JSONField asks the database whether it supports JSON), which connects: a database
+        # that cannot be opened would end runworker with a traceback before _require_tables
+        # can name the problem, or wait for a database that is restarting. Run them as Django
+        # 6.0 did, without databases.
+        kwargs.setdefault("databases", [])
+        return super().check(*args, **kwargs)
+
     def handle(self, *args: Any, **options: Any) -> None:
         slots = slot_options(options["queues"], options["concurrency"])
         queues = list(slots.get("queue_slots") or slots["queues"] or conf.QUEUES)
