@@ -16,12 +16,11 @@ import os
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from django_workqueue import operations
 from django_workqueue.models import AuditRecord, Job, Queue, WorkerProcess
 from testproject.testapp.tasks import add, always_fails, send_mail
+from tests.support.commands import run_workqueue
 
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
 
@@ -29,14 +28,7 @@ GOLDEN = Path(__file__).parent / "golden" / "workqueue"
 T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    """The command's exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("workqueue", *args, stdout=out, stderr=err)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue(), str(exc)
-    return 0, out.getvalue(), err.getvalue()
+run = run_workqueue
 
 
 def assert_golden(name: str, text: str) -> None:

@@ -4,28 +4,20 @@ trail names the user. ``CLI_REQUIRE_USER`` makes ``--user`` mandatory."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_workqueue.models import AuditRecord, Job
+from tests.support.commands import run_workqueue
 from tests.support.factories import JobFactory
 from tests.support.users import OPERATOR, VIEWER, user_with
 
 pytestmark = pytest.mark.django_db
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("workqueue", *args, stdout=out, stderr=err)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue(), str(exc)
-    return 0, out.getvalue(), err.getvalue()
+run = run_workqueue
 
 
 SECRET_ERROR = {
