@@ -57,6 +57,25 @@ class Authority:
         except PermissionDenied as exc:
             raise NotAllowed(str(exc)) from None
 
+    def listed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``workqueue jobs``' rows as this user may see them: each last error's message
+        redacted without the payload permission, as ``show`` and the API do."""
+        if self.user is None:
+            return rows
+        clearance = Clearance.of(self.user)
+        if clearance.payload:
+            return rows
+        shown = []
+        for row in rows:
+            last = row.get("last_error")
+            if last:
+                row = {
+                    **row,
+                    "last_error": {**last, "message": clearance.text(last["message"] or "")},
+                }
+            shown.append(row)
+        return shown
+
     def disclosed(
         self, detail: dict[str, Any], errors: list[dict[str, Any]], *, tracebacks: bool
     ) -> dict[str, Any]:
