@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.db.models import JSONField, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -58,7 +58,27 @@ class PermissionChecks:
         return permissions.allowed(request.user, "purge")
 
 
-class ReadOnly:
+class NoPayloadLookups:
+    """Refuse query-string lookups on what disclosure hides. The admin's change list turns any
+    ``?field__lookup=value`` on a local field into a filter: on ``kwargs__token__startswith``
+    or ``errors__icontains`` it would let a user without ``view_job_payload`` (or
+    ``view_job_traceback``) read hidden values one yes/no question at a time."""
+
+    hidden_lookups: tuple[str, ...] = ()
+    """Fields refused besides every JSON field (arguments, results, errors, details)."""
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        root = lookup.split("__", 1)[0]
+        try:
+            field = self.model._meta.get_field(root)  # type: ignore[attr-defined]
+        except FieldDoesNotExist:
+            field = None
+        if root in self.hidden_lookups or isinstance(field, JSONField):
+            return False
+        return super().lookup_allowed(lookup, value, request)  # type: ignore[misc]
+
+
+class ReadOnly(NoPayloadLookups):
     """Rows written by the engine only, read from the jobs database (``WORKQUEUE["DATABASE"]``)
     and seen by whoever may see jobs (``view_job``): the one permission model, rather than a
     view permission per table."""
@@ -84,6 +104,7 @@ class ReadOnly:
 
 @admin.register(Job)
 class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
+    hidden_lookups = ("progress_message",)
     list_display = [
         "id", "task_name", "queue", "status", "priority", "attempt", "enqueued_at",
         "finished_at", "workflow_link",
