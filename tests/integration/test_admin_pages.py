@@ -103,7 +103,7 @@ def test_the_job_page_shows_payload_tracebacks_progress_and_links_to_a_superuser
     assert "TRACE-TEXT" in html
     assert "builtins.KeyError" in html
     assert f'data-wq-job="{job.pk}"' in html and 'class="wq-progress"' in html
-    assert 'class="wq-progress-message">step three<' in html
+    assert f'class="wq-progress-message" data-wq-job="{job.pk}">step three<' in html
     assert "django_workqueue/live-progress.js" in html
     assert f'action="/admin/django_workqueue/job/{job.pk}/act/retry/"' in html
     dependent = superuser_client.get(
