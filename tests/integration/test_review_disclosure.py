@@ -136,3 +136,24 @@ def test_the_schedule_list_cannot_be_probed_by_arguments():
     )
     hits = [s.pk for s in response.context["cl"].result_list] if response.status_code == 200 else []
     assert hits == [] or response.status_code != 200
+
+
+# --- the admin's "enqueue a copy" --------------------------------------------------------------
+
+
+def test_enqueue_a_copy_that_fails_midway_still_audits_the_copies_it_made():
+    from django_workqueue.models import AuditRecord, Job
+
+    good = JobFactory(args=[1, 2])
+    bad = JobFactory(args=[1, 2, 3])  # no longer fits add(a, b): its copy is refused
+    client = Client()
+    client.force_login(user_with(*VIEWER, "retry_job", username="op", is_staff=True))
+
+    client.post(
+        reverse("admin:django_workqueue_job_changelist"),
+        {"action": "enqueue_copies", "_selected_action": [good.pk, bad.pk], "index": 0},
+    )
+
+    copies = Job.objects.exclude(pk__in=[good.pk, bad.pk]).count()
+    changed = sum(AuditRecord.objects.values_list("changed", flat=True))
+    assert changed == copies  # every job the action enqueued is in the audit trail
