@@ -116,3 +116,14 @@ class ScheduleAdmin(NoPayloadLookups, admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         audit.record(request.user, "change_schedule" if change else "add_schedule",
                      {"schedule": obj.name}, 1, "admin")  # fmt: skip
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        name = obj.name
+        super().delete_model(request, obj)
+        audit.record(request.user, "delete_schedule", {"schedules": [name]}, 1, "admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        """Django's "delete selected" action: one audit record for the schedules it deleted."""
+        names = list(queryset.values_list("name", flat=True))
+        super().delete_queryset(request, queryset)
+        audit.record(request.user, "delete_schedule", {"schedules": names}, len(names), "admin")

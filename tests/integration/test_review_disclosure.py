@@ -157,3 +157,31 @@ def test_enqueue_a_copy_that_fails_midway_still_audits_the_copies_it_made():
     copies = Job.objects.exclude(pk__in=[good.pk, bad.pk]).count()
     changed = sum(AuditRecord.objects.values_list("changed", flat=True))
     assert changed == copies  # every job the action enqueued is in the audit trail
+
+
+# --- the admin's schedules: every change is audited -----------------------------------------
+
+
+@pytest.mark.parametrize("how", ["page", "action"])
+def test_deleting_a_schedule_in_the_admin_is_audited(how):
+    from django_workqueue.models import AuditRecord
+
+    schedule = Schedule.objects.create(
+        name="nightly", task_name="testproject.testapp.tasks.add", cron="0 3 * * *"
+    )
+    client = Client()
+    client.force_login(user_with(*VIEWER, "manage_schedule", username="op", is_staff=True))
+
+    if how == "page":
+        url = reverse("admin:django_workqueue_schedule_delete", args=[schedule.pk])
+        client.post(url, {"post": "yes"})
+    else:
+        client.post(
+            reverse("admin:django_workqueue_schedule_changelist"),
+            {"action": "delete_selected", "_selected_action": [schedule.pk], "post": "yes"},
+        )
+
+    assert not Schedule.objects.exists()
+    record = AuditRecord.objects.get()
+    assert (record.action, record.changed, record.source) == ("delete_schedule", 1, "admin")
+    assert "nightly" in str(record.target)
