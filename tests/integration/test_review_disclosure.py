@@ -185,3 +185,27 @@ def test_deleting_a_schedule_in_the_admin_is_audited(how):
     record = AuditRecord.objects.get()
     assert (record.action, record.changed, record.source) == ("delete_schedule", 1, "admin")
     assert "nightly" in str(record.target)
+
+
+# --- testing.drain ---------------------------------------------------------------------------
+
+
+def test_drain_with_exactly_max_jobs_ready_returns_their_count():
+    from django_workqueue.testing import drain
+    from testproject.testapp.tasks import add
+
+    add.enqueue(1, 2), add.enqueue(3, 4)
+
+    # Both ran and nothing is left: that is not "jobs are still ready".
+    assert drain(max_jobs=2) == 2
+
+
+def test_drain_past_max_jobs_with_jobs_still_ready_says_so():
+    from django_workqueue.exceptions import WorkqueueError
+    from django_workqueue.testing import drain
+    from testproject.testapp.tasks import add
+
+    add.enqueue(1, 2), add.enqueue(3, 4), add.enqueue(5, 6)
+
+    with pytest.raises(WorkqueueError, match="jobs are still ready"):
+        drain(max_jobs=2)
