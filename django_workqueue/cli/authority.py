@@ -93,6 +93,7 @@ class Authority:
                 last = detail["last_error"]
                 shown["last_error"] = {**last, "message": clearance.text(last["message"] or "")}
             shown.update(args=None, kwargs=None, result=None, payload_hidden=True)
+            shown["unique_key"] = clearance.unique_key(detail.get("unique_key"))
             shown["progress"] = {
                 **detail["progress"], "details": None,
                 "message": clearance.text(detail["progress"]["message"]),
