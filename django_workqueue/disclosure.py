@@ -3,7 +3,9 @@
 - ``view_job``: the job's fields, its progress and its errors' types; error and progress
   messages are redacted (``redaction.py``) for users without ``view_job_payload``, since
   messages often quote arguments.
-- ``view_job_payload``: arguments, result and progress details, as stored.
+- ``view_job_payload``: arguments, result and progress details, as stored; so are the unique
+  keys that ``@task(unique_on=...)`` derives from the arguments (``@args:{"email": …}``), shown
+  as ``@args:(hidden)`` without it.
 - ``view_job_traceback``: the tracebacks of its errors (redacted too without the payload
   permission).
 
@@ -20,6 +22,9 @@ from typing import Any
 from . import permissions
 from .models import Job
 from .redaction import redact, redact_text
+
+DERIVED_KEY_PREFIXES = ("@args:", "@fn:")
+"""How the unique keys that ``unique_on`` derives from a call's arguments begin (enqueue.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +60,17 @@ class Clearance:
             shown.append(item)
         return shown
 
+    def unique_key(self, key: str | None) -> str | None:
+        """A job's unique key as this user may read it: a key derived from the arguments
+        (``@args:…``, ``@fn:…``) quotes them, so it is hidden without the payload permission;
+        a key given by hand, a digest (``@args#…``) or ``@task`` is shown."""
+        if self.payload or key is None:
+            return key
+        for prefix in DERIVED_KEY_PREFIXES:
+            if key.startswith(prefix):
+                return f"{prefix}(hidden)"
+        return key
+
     def payload_of(self, job: Job) -> dict[str, Any]:
         """``args``, ``kwargs``, ``result`` and progress ``details``: as stored, or None each
         (with ``payload_hidden``) for users without the payload permission."""
@@ -75,11 +91,12 @@ class Clearance:
 
 
 def disclose(job: Job, user: Any) -> dict[str, Any]:
-    """The parts of ``job`` that depend on ``user``'s permissions: payload, errors and the
-    progress message."""
+    """The parts of ``job`` that depend on ``user``'s permissions: payload, errors, the
+    progress message and the unique key."""
     clearance = Clearance.of(user)
     return {
         **clearance.payload_of(job),
+        "unique_key": clearance.unique_key(job.unique_key),
         "progress_message": clearance.text(job.progress_message),
         "errors": clearance.errors(job.errors),
     }

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import audit, operations, permissions
-from ..exceptions import WorkqueueError
+from ..exceptions import EnqueueError, WorkqueueError
 from ..models import Job
 from ..operations.jobs import batches
 from ..registry import find_task
@@ -113,18 +113,30 @@ def enqueue_copies(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job
     def copy(qs: QuerySet[Job]) -> int:
         copied = 0
         missing: set[str] = set()
-        rows = qs.order_by("pk").values_list("task_name", "queue", "priority", "args", "kwargs")
-        for task_name, queue, priority, args, kwargs in rows[:COPY_LIMIT]:
+        refused: list[str] = []
+        rows = qs.order_by("pk").values_list(
+            "pk", "task_name", "queue", "priority", "args", "kwargs"
+        )
+        for pk, task_name, queue, priority, args, kwargs in rows[:COPY_LIMIT]:
             task = find_task(task_name)
             if task is None:
                 missing.add(task_name)
                 continue
-            task.using(queue=queue, priority=priority).enqueue(*args, **kwargs)
-            copied += 1
+            # One refused copy (arguments that no longer fit, a queue gone from the settings)
+            # must not end the action with the copies made before it left out of the audit.
+            try:
+                job = task.using(queue=queue, priority=priority).enqueue(*args, **kwargs)
+            except EnqueueError as exc:
+                refused.append(f"job {pk}: {exc}")
+                continue
+            if not getattr(job, "duplicate", False):  # a unique key's holder came back
+                copied += 1
         if missing:
             messages.warning(
                 request, f"not copied: no task is registered as {', '.join(sorted(missing))}"
             )
+        if refused:
+            messages.error(request, f"not copied: {'; '.join(refused[:10])}")
         return copied
 
     _run(request, queryset, "enqueue_copy", "enqueued as copies", copy, permission="retry")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.permissions import BasePermission
+from django.conf import settings
+from rest_framework.authentication import BasicAuthentication
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from .. import permissions
@@ -40,6 +42,13 @@ class HasWorkqueuePermission(BasePermission):
         action = required_action(request, view)
         if action is None:
             return False
+        if foreign_basic_change(request):
+            self.message = (
+                "a change authenticated by HTTP basic came from another site (Origin "
+                f"{request.headers.get('Origin')!r}); send it from this site, or without an "
+                "Origin header (scripts), or add the origin to CSRF_TRUSTED_ORIGINS"
+            )
+            return False
         if permissions.allowed(user, action):
             return True
         self.message = (
@@ -47,3 +56,22 @@ class HasWorkqueuePermission(BasePermission):
             f"permission {permissions.permission(action)}"
         )
         return False
+
+
+def foreign_basic_change(request: Request) -> bool:
+    """A change authenticated by HTTP basic that a browser sent from another site.
+
+    Session changes are CSRF-checked; basic ones are not (DRF), yet a browser that was once
+    asked for them (the 401's ``WWW-Authenticate: Basic``) sends the credentials with a
+    cross-site form's POST, and the job actions take no body for JSON-only parsing to refuse.
+    Browsers name the page's origin in ``Origin`` on every cross-origin POST; scripts send none.
+    """
+    if request.method in SAFE_METHODS:
+        return False
+    if not isinstance(getattr(request, "successful_authenticator", None), BasicAuthentication):
+        return False
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site")
+    own = f"{request.scheme}://{request.get_host()}"
+    return origin != own and origin not in getattr(settings, "CSRF_TRUSTED_ORIGINS", [])

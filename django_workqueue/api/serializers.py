@@ -80,7 +80,11 @@ class JobSerializer(JobSummarySerializer):
 
     deadline = serializers.DateTimeField(allow_null=True)
     cancel_requested_at = serializers.DateTimeField(allow_null=True)
-    unique_key = serializers.CharField(allow_null=True)
+    unique_key = serializers.CharField(
+        allow_null=True,
+        help_text="A key unique_on derived from the arguments reads @args:(hidden) or "
+        "@fn:(hidden) without the payload permission.",
+    )
     waiting_on = serializers.IntegerField(help_text="Prerequisites not finished yet.")
     run_condition = serializers.CharField()
     lease_owner = serializers.CharField(
@@ -109,6 +113,7 @@ class JobSerializer(JobSummarySerializer):
     def row(self, job: Job, clearance: Clearance) -> dict[str, Any]:
         row = super().row(job, clearance)
         row.update(clearance.payload_of(job))
+        row["unique_key"] = clearance.unique_key(job.unique_key)
         row["errors"] = clearance.errors(job.errors if isinstance(job.errors, list) else [])
         if hasattr(job, "duplicate"):
             row["duplicate"] = bool(job.duplicate)

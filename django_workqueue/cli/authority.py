@@ -57,6 +57,25 @@ class Authority:
         except PermissionDenied as exc:
             raise NotAllowed(str(exc)) from None
 
+    def listed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``workqueue jobs``' rows as this user may see them: each last error's message
+        redacted without the payload permission, as ``show`` and the API do."""
+        if self.user is None:
+            return rows
+        clearance = Clearance.of(self.user)
+        if clearance.payload:
+            return rows
+        shown = []
+        for row in rows:
+            last = row.get("last_error")
+            if last:
+                row = {
+                    **row,
+                    "last_error": {**last, "message": clearance.text(last["message"] or "")},
+                }
+            shown.append(row)
+        return shown
+
     def disclosed(
         self, detail: dict[str, Any], errors: list[dict[str, Any]], *, tracebacks: bool
     ) -> dict[str, Any]:
@@ -74,6 +93,7 @@ class Authority:
                 last = detail["last_error"]
                 shown["last_error"] = {**last, "message": clearance.text(last["message"] or "")}
             shown.update(args=None, kwargs=None, result=None, payload_hidden=True)
+            shown["unique_key"] = clearance.unique_key(detail.get("unique_key"))
             shown["progress"] = {
                 **detail["progress"], "details": None,
                 "message": clearance.text(detail["progress"]["message"]),

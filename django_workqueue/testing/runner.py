@@ -64,12 +64,26 @@ def drain(queues: Iterable[str] | None = None, *, max_jobs: int = MAX_JOBS) -> i
             ran += 1
     finally:
         _local.draining = already
-    if ran >= max_jobs:
+    if ran >= max_jobs and _still_ready(served):
         raise WorkqueueError(
             f"drain() ran {max_jobs} attempts and jobs are still ready (a task that snoozes or "
             f"retries without delay?); pass max_jobs= to allow more"
         )
     return ran
+
+
+def _still_ready(queues: list[str]) -> bool:
+    """Whether a job of ``queues`` is ready to be claimed (after ``max_jobs`` attempts: only
+    then is stopping a failure; exactly ``max_jobs`` jobs and nothing after them is not)."""
+    from ..models import Job, Queue
+
+    paused = Queue.objects.using(conf.DATABASE).filter(paused_at__isnull=False).values("name")
+    return (
+        Job.objects.using(conf.DATABASE)
+        .filter(status="ready", queue__in=queues)
+        .exclude(queue__in=paused)
+        .exists()
+    )
 
 
 def run_job(job: Job | int) -> Job:

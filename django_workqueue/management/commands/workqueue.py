@@ -130,7 +130,7 @@ class Command(BaseCommand):
             return self._show(reports.workers(alias), tables.workers)
         if subcommand == "jobs":
             selection = filters_from(options).apply(Job.objects.using(alias))
-            rows = reports.job_rows(selection, options["limit"])
+            rows = self.authority.listed(reports.job_rows(selection, options["limit"]))
             return self._show(rows, lambda data: tables.jobs(data, options["limit"]))
         if subcommand == "show":
             job = Job.objects.using(alias).filter(pk=options["id"]).first()
