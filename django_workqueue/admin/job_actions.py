@@ -108,7 +108,7 @@ def purge_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -
     _run(request, queryset, "purge", "deleted", lambda qs: operations.purge_jobs(qs).count)
 
 
-@admin.action(description="Enqueue a copy of selected jobs", permissions=["retry"])
+@admin.action(description="Enqueue a copy of selected jobs", permissions=["enqueue"])
 def enqueue_copies(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
     def copy(qs: QuerySet[Job]) -> int:
         copied = 0
@@ -139,7 +139,7 @@ def enqueue_copies(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job
             messages.error(request, f"not copied: {'; '.join(refused[:10])}")
         return copied
 
-    _run(request, queryset, "enqueue_copy", "enqueued as copies", copy, permission="retry")
+    _run(request, queryset, "enqueue_copy", "enqueued as copies", copy, permission="enqueue")
 
 
 ACTIONS = (
@@ -153,7 +153,7 @@ BUTTONS: dict[str, tuple[Callable[..., None], str, str, tuple[str, ...]]] = {
     "hold": (hold_jobs, "hold", "Hold", (Status.BLOCKED, Status.SCHEDULED, Status.READY)),
     "release": (release_jobs, "release", "Release", (Status.HELD,)),
     "purge": (purge_jobs, "purge", "Purge", (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)),
-    "copy": (enqueue_copies, "retry", "Enqueue a copy", tuple(Status.values)),
+    "copy": (enqueue_copies, "enqueue", "Enqueue a copy", tuple(Status.values)),
 }
 """The job page's buttons: name → (admin action, permission action, label, the statuses it
 applies to)."""

@@ -57,6 +57,9 @@ class PermissionChecks:
     def has_purge_permission(self, request: HttpRequest) -> bool:
         return permissions.allowed(request.user, "purge")
 
+    def has_enqueue_permission(self, request: HttpRequest) -> bool:
+        return permissions.allowed(request.user, "enqueue")
+
 
 class NoPayloadLookups:
     """Refuse query-string lookups on what disclosure hides. The admin's change list turns any

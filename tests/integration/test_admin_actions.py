@@ -110,7 +110,7 @@ def test_purge_needs_its_permission():
 
 def test_enqueue_a_copy_enqueues_the_same_call_and_is_audited():
     original = JobFactory(status="succeeded", args=[4, 5], queue="mail", priority=3)
-    client = client_for(user_with("view_job", "retry_job", username="op", is_staff=True))
+    client = client_for(user_with("view_job", "add_job", username="op", is_staff=True))
 
     said = act(client, "enqueue_copies", [original])
 
@@ -122,9 +122,9 @@ def test_enqueue_a_copy_enqueues_the_same_call_and_is_audited():
     assert AuditRecord.objects.get().action == "enqueue_copy"
 
 
-def test_enqueue_a_copy_needs_the_retry_permission():
-    original = JobFactory(status="succeeded")
-    client = client_for(user_with("view_job", "cancel_job", username="op", is_staff=True))
+def test_enqueue_a_copy_needs_the_permission_to_add_jobs():
+    original = JobFactory(status="succeeded")  # retrying is not enqueueing any task anew
+    client = client_for(user_with("view_job", "retry_job", username="op", is_staff=True))
     act(client, "enqueue_copies", [original])
     assert Job.objects.count() == 1
 

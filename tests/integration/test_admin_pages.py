@@ -137,7 +137,7 @@ def test_a_viewer_sees_no_payload_no_traceback_and_no_actions():
 
 def test_an_operator_is_offered_every_job_action():
     some_data()
-    operator = client_for(user_with(*OPERATOR, username="operator", is_staff=True))
+    operator = client_for(user_with(*OPERATOR, "add_job", username="operator", is_staff=True))
     listed = operator.get(reverse("admin:django_workqueue_job_changelist")).content.decode()
     for action in ("cancel_jobs", "retry_jobs", "redrive_jobs", "hold_jobs", "release_jobs",
                    "purge_jobs", "enqueue_copies"):  # fmt: skip

@@ -147,7 +147,7 @@ def test_enqueue_a_copy_that_fails_midway_still_audits_the_copies_it_made():
     good = JobFactory(args=[1, 2])
     bad = JobFactory(args=[1, 2, 3])  # no longer fits add(a, b): its copy is refused
     client = Client()
-    client.force_login(user_with(*VIEWER, "retry_job", username="op", is_staff=True))
+    client.force_login(user_with(*VIEWER, "add_job", username="op", is_staff=True))
 
     client.post(
         reverse("admin:django_workqueue_job_changelist"),
