@@ -16,6 +16,8 @@ from django.db import connection, connections, transaction
 from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
 
+pytest_plugins = ["tests.support.jobs_database"]  # the jobs_alias fixture
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # The plugin users get from the package's pytest11 entry point; registered here too for

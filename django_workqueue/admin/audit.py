@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ..conf import workqueue_settings as conf
 from ..models import AuditRecord
 from .pagination import EstimatedCountPaginator
 
@@ -20,6 +22,9 @@ class AuditRecordAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "user_pk", "actor", "action", "target", "changed", "source"]
     show_full_result_count = False  # no COUNT(*) over a long trail
     paginator = EstimatedCountPaginator
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditRecord]:
+        return super().get_queryset(request).using(conf.DATABASE)  # written beside the jobs
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import audit, operations, permissions
+from ..conf import workqueue_settings as conf
 from ..exceptions import WorkqueueError
 from ..models import Schedule
 from ..schedules import cron_problem, timezone_problem
@@ -113,9 +114,12 @@ class ScheduleAdmin(NoPayloadLookups, admin.ModelAdmin):
             obj.source = "runtime"  # the settings' sync leaves such rows alone
         if {"cron", "timezone"} & set(form.changed_data):
             obj.next_run_at = None  # the scheduler computes the next tick from now
-        super().save_model(request, obj, form, change)
+        obj.save(using=conf.DATABASE)
         audit.record(request.user, "change_schedule" if change else "add_schedule",
                      {"schedule": obj.name}, 1, "admin")  # fmt: skip
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        return super().get_queryset(request).using(conf.DATABASE)  # the jobs database
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         name = obj.name

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import QuerySet
 
 from .. import permissions
 from ..conf import workqueue_settings as conf
@@ -223,7 +224,7 @@ class JobConsumer(Subscription):
         return messages.job_group(target)
 
     def snapshot(self, target: int) -> list[tuple[Hashable, dict[str, Any]]] | None:
-        row = Job.objects.filter(id=target).values(*messages.JOB_FIELDS).first()
+        row = _jobs().filter(id=target).values(*messages.JOB_FIELDS).first()
         if row is None:
             return None
         self.state = messages.job_state(row)
@@ -269,7 +270,12 @@ class WorkflowConsumer(Subscription):
         return messages.workflow_group(target)
 
     def snapshot(self, target: int) -> list[tuple[Hashable, dict[str, Any]]] | None:
-        row = Workflow.objects.filter(id=target).values(*messages.WORKFLOW_FIELDS).first()
+        row = (
+            Workflow.objects.using(conf.DATABASE)
+            .filter(id=target)
+            .values(*messages.WORKFLOW_FIELDS)
+            .first()
+        )
         if row is None:
             return None
         state = messages.workflow_state(row)
@@ -304,3 +310,7 @@ class QueueConsumer(Subscription):
 
     async def workqueue_event(self, event: dict[str, Any]) -> None:
         self.followed(event["event"], event["job"])
+
+
+def _jobs() -> QuerySet[Job]:
+    return Job.objects.using(conf.DATABASE)  # the jobs database, which may not be default

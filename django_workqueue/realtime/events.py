@@ -24,8 +24,10 @@ from typing import Any
 from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
+from django.db.models import QuerySet
 
 from .. import signals
+from ..conf import workqueue_settings as conf
 from ..models import Job, Workflow
 from . import messages
 
@@ -127,7 +129,7 @@ def resolve(batch: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict
     job_ids = [f["job_id"] for (kind, _), (_, f) in ordered.items() if kind == "status"]
     rows = {}
     if job_ids:
-        jobs = Job.objects.filter(id__in=job_ids).values(*messages.JOB_FIELDS)
+        jobs = _jobs().filter(id__in=job_ids).values(*messages.JOB_FIELDS)
         rows = {row["id"]: messages.job_state(row) for row in jobs}
     workflow_ids = {state["workflow_id"] for state in rows.values() if state["workflow_id"]}
     workflow_ids |= {
@@ -135,7 +137,11 @@ def resolve(batch: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict
     }
     workflows = {}
     if workflow_ids:
-        found = Workflow.objects.filter(id__in=workflow_ids).values(*messages.WORKFLOW_FIELDS)
+        found = (
+            Workflow.objects.using(conf.DATABASE)
+            .filter(id__in=workflow_ids)
+            .values(*messages.WORKFLOW_FIELDS)
+        )
         workflows = {row["id"]: messages.workflow_state(row) for row in found}
     out: list[tuple[str, dict[str, Any]]] = []
     for (kind, _), (event, fields) in ordered.items():
@@ -215,3 +221,7 @@ def disconnect() -> None:
     for signal in [*_RECEIVERS, signals.job_progress, signals.workflow_finished,
                    signals.worker_stopped]:  # fmt: skip
         signal.disconnect(dispatch_uid=DISPATCH_UID)
+
+
+def _jobs() -> QuerySet[Job]:
+    return Job.objects.using(conf.DATABASE)  # the jobs database, which may not be default

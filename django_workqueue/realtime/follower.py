@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.db.models import QuerySet
 
 from ..conf import workqueue_settings as conf
 from ..models import Job, Workflow
@@ -98,12 +99,16 @@ class Follower:
         changes: list[tuple[Key, str, dict[str, Any]]] = []
         job_ids = [value for kind, value in keys if kind == "job"]
         if job_ids:
-            for row in Job.objects.filter(id__in=job_ids).values(*messages.JOB_FIELDS):
+            for row in _jobs().filter(id__in=job_ids).values(*messages.JOB_FIELDS):
                 state = messages.job_state(row)
                 changes += self._changed(("job", row["id"]), "changed", state)
         workflow_ids = [value for kind, value in keys if kind == "workflow"]
         if workflow_ids:
-            rows = Workflow.objects.filter(id__in=workflow_ids).values(*messages.WORKFLOW_FIELDS)
+            rows = (
+                Workflow.objects.using(conf.DATABASE)
+                .filter(id__in=workflow_ids)
+                .values(*messages.WORKFLOW_FIELDS)
+            )
             for row in rows:
                 state = messages.workflow_state(row)
                 changes += self._changed(("workflow", row["id"]), "changed", state)
@@ -130,11 +135,11 @@ def _queue_round(name: str, watch: _QueueWatch) -> list[tuple[str, dict[str, Any
     the last id it saw. So a job enqueued before anyone subscribed shows up when it starts;
     the first round only takes its bearings and reports nothing.
     """
-    jobs = Job.objects.filter(queue=name)
+    jobs = _jobs().filter(queue=name)
     fields = ("id", "task_name", "queue", "status", "attempt", "workflow_id")
     running = jobs.filter(status="running").order_by("id").values(*fields)[:QUEUE_TRACKED]
     if watch.after_id is None:
-        latest = Job.objects.order_by("-id").values_list("id", flat=True).first()
+        latest = _jobs().order_by("-id").values_list("id", flat=True).first()
         watch.after_id = latest or 0
         watch.tracked = {row["id"]: row for row in running}
         return []
@@ -194,3 +199,7 @@ def follower() -> Follower:
         found = _followers[loop] = Follower(conf.REALTIME_POLL_INTERVAL)
     found.interval = conf.REALTIME_POLL_INTERVAL
     return found
+
+
+def _jobs() -> QuerySet[Job]:
+    return Job.objects.using(conf.DATABASE)  # the jobs database, which may not be default
