@@ -3,16 +3,14 @@ could still read, or probe, what disclosure hides."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
 from django_workqueue.models import Schedule
+from tests.support.commands import run_workqueue
 from tests.support.factories import JobFactory
 from tests.support.users import VIEWER, user_with
 
@@ -24,13 +22,7 @@ SECRET_ERROR = {
 }  # fmt: skip
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("workqueue", *args, stdout=out, stderr=err)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue(), str(exc)
-    return 0, out.getvalue(), err.getvalue()
+run = run_workqueue
 
 
 def viewer_client() -> Client:
