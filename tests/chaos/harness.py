@@ -38,12 +38,12 @@ from django.utils import timezone
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import Effect
-from tests.support.processes import RunworkerProcess, StartWorker
+from tests.support.processes import ProcessIdentity, RunworkerProcess, StartWorker, children_of
 
 FULL = os.environ.get("WORKQUEUE_CHAOS", "").lower() == "full"
 TERMINAL = {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED}
 # Tasks whose every finished body writes an ``effect`` line (``chaos_atomic``'s is a row).
-EXTERNAL_EFFECTS = ("chaos_work", "chaos_progress")
+EXTERNAL_EFFECTS = ("chaos_work", "chaos_progress", "pool_work")
 
 
 def size(fast: Any, full: Any) -> Any:
@@ -84,11 +84,13 @@ class Ledger:
 
 @dataclass(slots=True)
 class Kill:
-    """One fault: the worker, when, and the jobs (id, attempt) it held when it died."""
+    """One fault: the worker, when, the jobs (id, attempt) it held when it died, and its child
+    processes (``--pool processes``) just before, which must exit with it."""
 
     worker_id: str
     at: float
     orphans: list[tuple[int, int]] = field(default_factory=list)
+    children: list[ProcessIdentity] = field(default_factory=list)
 
 
 class Supervisor:
@@ -150,6 +152,7 @@ class Supervisor:
     def kill(self, worker: RunworkerProcess) -> Kill:
         """SIGKILL ``worker``; its orphans are read once it is dead (it can write nothing more)."""
         self.faulted.add(worker.worker_id)
+        children = children_of(worker.pid)
         worker.send(signal.SIGKILL)
         at = time.time()
         worker.wait()
@@ -158,7 +161,7 @@ class Supervisor:
                 "id", "attempt"
             )
         )
-        kill = Kill(worker.worker_id, at, orphans)
+        kill = Kill(worker.worker_id, at, orphans, children)
         self.kills.append(kill)
         return kill
 

@@ -9,6 +9,10 @@ worker held) is reaped within lease + reaper interval + 2 s of the kill, unless,
 the completion the worker had already sent committed after its death (then the job succeeded on
 that very attempt); in the full run (4 workers x 8 slots, 10,000 jobs,
 100 kills) the faulted run takes at most 1.5x the fault-free one. Both databases.
+
+Run with each pool: ``--pool threads`` (the default) and ``--pool processes``, where each slot's
+job runs in a child process of the killed worker; there, besides, every child of a killed worker
+exits by itself (it sees its pipe to the parent close) and leaves its job to the reaper.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from django.db import connection
 
 from django_workqueue.models import Job
 from testproject.testapp.tasks import chaos_atomic, chaos_work
+from tests.support.waiting import wait_until
 
 from .harness import (
     FULL,
@@ -61,10 +66,13 @@ def enqueue(ledger: Ledger) -> list[int]:
     return [job.pk for job in atomic + plain]
 
 
-def run(start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: float) -> dict:
+def run(
+    start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: float, pool: str
+) -> dict:
     """Drain a fresh batch while killing ``kills`` busy workers, one every ``pace`` seconds."""
     rng = random.Random(seed)
-    supervisor = Supervisor(start_worker, WORKERS, ["--concurrency", str(SLOTS)], name=f"k{kills}-")
+    args = ["--concurrency", str(SLOTS), "--pool", pool]
+    supervisor = Supervisor(start_worker, WORKERS, args, name=f"{pool[0]}k{kills}-")
     supervisor.wait_started()
     job_ids = enqueue(ledger)
     started = time.monotonic()
@@ -114,6 +122,13 @@ def run(start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: 
     restarts = [next_start[o] - at for at, o in orphans if o in reaped_at]
     late = [round(r, 2) for r in recoveries if r > RECOVERY_BOUND]
     assert not late, f"orphans recovered later than {RECOVERY_BOUND}s after the kill: {late}"
+    children = [child for kill in supervisor.kills for child in kill.children]
+    if pool == "processes" and kills:
+        assert children, "no killed worker had a child process"
+        wait_until(
+            lambda: not any(child.running for child in children), timeout=15,
+            message="the children of the killed workers to exit",
+        )  # fmt: skip
     supervisor.stop_all()
     return {
         "seconds": round(elapsed, 2),
@@ -128,16 +143,20 @@ def run(start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: 
     }
 
 
-def test_random_sigkills_lose_nothing(start_worker: StartWorker, tmp_path: Path) -> None:
-    clean = run(start_worker, Ledger(tmp_path / "clean.jsonl"), 0, seed=1, pace=1.0)
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_random_sigkills_lose_nothing(start_worker: StartWorker, tmp_path: Path, pool: str) -> None:
+    clean = run(start_worker, Ledger(tmp_path / "clean.jsonl"), 0, seed=1, pace=1.0, pool=pool)
     assert clean["reruns"] == 0, "a fault-free run re-ran jobs"
     # Spread the kills over 80% of the fault-free run's length.
     pace = clean["seconds"] * 0.8 / (KILLS + 1)
-    faulted = run(start_worker, Ledger(tmp_path / "faulted.jsonl"), KILLS, seed=2, pace=pace)
+    faulted = run(
+        start_worker, Ledger(tmp_path / "faulted.jsonl"), KILLS, seed=2, pace=pace, pool=pool
+    )
     assert faulted["kills"] == KILLS, f"only {faulted['kills']} of {KILLS} kills found busy work"
     slowdown = faulted["seconds"] / clean["seconds"]
     record(
         "sigkill",
+        pool=pool,
         workers=WORKERS,
         slots=SLOTS,
         clean=clean,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -203,3 +204,54 @@ def wait_for(
         return condition()
 
     return wait_until(check, timeout=timeout, interval=0.02, message=message)
+
+
+# --- the processes a worker started (its pool's children), read from /proc (Linux) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """A process as /proc names it: its pid and its start time (clock ticks since boot), so
+    that a pid the kernel has handed to a new process is not taken for the old one."""
+
+    pid: int
+    started: int
+
+    @property
+    def running(self) -> bool:
+        """Alive and the same process: neither exited (a zombie has) nor replaced."""
+        stat = _stat(self.pid)
+        return stat is not None and stat[0] != "Z" and int(stat[19]) == self.started
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists and has not exited (a zombie has)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def identify(pid: int) -> ProcessIdentity:
+    stat = _stat(pid)
+    assert stat is not None, f"no process {pid}"
+    return ProcessIdentity(pid, int(stat[19]))
+
+
+def children_of(pid: int) -> list[ProcessIdentity]:
+    """The live (not zombie) child processes of ``pid``."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(int(entry.name))
+        if stat is not None and int(stat[1]) == pid and stat[0] != "Z":
+            children.append(ProcessIdentity(int(entry.name), int(stat[19])))
+    return children
