@@ -11,7 +11,8 @@ Messages are pickled over a socket pair private to the worker and the children i
 (never over a network, never stored); job arguments and results inside them stay the JSON text
 the database holds.
 
-worker -> child: ``("run", job, owner)``, ``("abort", job_id, reason)``, ``("exit",)``
+worker -> child: ``("run", job, owner, connection generation)``, ``("abort", job_id, reason)``,
+``("exit",)``
 child -> worker: ``("ready", pid)``, ``("progress", job_id, report)``,
 ``("done", job_id, outcome, pending, resident_bytes)``
 
@@ -52,7 +53,7 @@ class _Parent:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.jobs: queue.SimpleQueue[tuple[Any, str] | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[tuple[Any, str, int] | None] = queue.SimpleQueue()
         self.current: Any = None  # the running job's JobContext
         self._send_lock = threading.Lock()
 
@@ -71,7 +72,7 @@ class _Parent:
                 os._exit(0)  # the worker is gone: so is the job's lease; stop at once
             kind = message[0]
             if kind == "run":
-                self.jobs.put((message[1], message[2]))
+                self.jobs.put((message[1], message[2], message[3]))
             elif kind == "abort":
                 self._abort(message[1], message[2])
             elif kind == "exit":
@@ -104,7 +105,7 @@ def serve(conn: Connection, worker_id: str) -> None:
     from ..context import JobContext
     from ..db import driver_for
     from .asyncloop import AsyncLoop
-    from .connections import serving, tidy_connections
+    from .connections import close_unusable_connections, serving, tidy_connections
     from .execution import load_middlewares, run
 
     driver = driver_for(conf.DATABASE)
@@ -113,6 +114,7 @@ def serve(conn: Connection, worker_id: str) -> None:
     parent = _Parent(conn)
     threading.Thread(target=parent.read_forever, name="workqueue-child-reader", daemon=True).start()
     loop: AsyncLoop | None = None
+    connections_generation = 0
 
     def on_progress(context: JobContext) -> None:
         parent.send(("progress", context.job.id, context.progress))
@@ -122,7 +124,10 @@ def serve(conn: Connection, worker_id: str) -> None:
         handed = parent.jobs.get()
         if handed is None:
             break
-        job, owner = handed
+        job, owner, generation = handed
+        if generation != connections_generation:  # the worker lost its connection: so may we
+            connections_generation = generation
+            close_unusable_connections()
         context = JobContext(job, owner=owner, driver=driver, on_progress=on_progress)
         parent.current = context
         outcome, pending = None, False

@@ -7,8 +7,11 @@ hands its jobs to a child process of its own (``child.py``), one at a time. Whil
 runs a job, its slot thread:
 
 - passes the job's progress reports on to the worker, which writes them as usual;
-- passes on every reason to stop (``cancel_job``, a ``timeout``, a lost lease, the shutdown)
-  as an abort, which the child's ``JobContext`` raises as it would in a thread;
+- passes on every reason to stop (``cancel_job``, a ``timeout``, the shutdown) as an abort,
+  which the child's ``JobContext`` raises as it would in a thread;
+- stops the child at once when the job is no longer this worker's (its lease was lost, it was
+  completed elsewhere or deleted) or was given back at the end of a shutdown's grace: a
+  process, unlike a thread, can be stopped, so the attempt never runs on beside the next one;
 - kills the child once the task's ``hard_timeout`` has passed (SIGTERM, then SIGKILL after
   ``KILL_GRACE_SECONDS``): the attempt fails with ``JobTimeout``;
 - notices the child dying on its own (a crash in C code, the OOM killer, ``os._exit``): the
@@ -182,7 +185,7 @@ class Child:
 class _Ended(Exception):
     """The child ended before handing back an outcome (``outcome`` stands for it)."""
 
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: Outcome | None) -> None:
         self.outcome = outcome
 
 
@@ -203,7 +206,7 @@ class ProcessSlot:
         except _Ended as ended:
             self.child.close()
             self.child = Child(self.worker.id, self.limits.verbosity)
-            return ended.outcome, True
+            return ended.outcome, ended.outcome is not None
         finally:
             self._replace_if_spent()
 
@@ -224,7 +227,7 @@ class ProcessSlot:
             child.wait_ready()
         except ProcessDied as exc:
             raise _Ended(self._failed(job, exc)) from None
-        if not child.send(("run", job, context.owner)):
+        if not child.send(("run", job, context.owner, self.worker._db_generation)):
             raise _Ended(self._died(job, child))
         task = find_task(job.task_name)
         hard_timeout = (task.spec.hard_timeout if task else None) or self.limits.hard_timeout
@@ -251,6 +254,12 @@ class ProcessSlot:
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
                 raise _Ended(self._released(job))
+            if context.lease_lost:  # another worker runs it now: this attempt must not go on
+                logger.info(
+                    "job %s: %s; stopping its process %s", job.id, context._why(), child.pid
+                )
+                child.kill()
+                raise _Ended(None)
             if context.abort_reason is not None and not forwarded:
                 forwarded = child.send(("abort", job.id, context.abort_reason.value))
             if hard_timeout is not None and time.monotonic() - started >= hard_timeout:
