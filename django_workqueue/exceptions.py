@@ -110,7 +110,12 @@ class UnknownSchedule(WorkqueueError, LookupError):
 
 
 class JobTimeout(WorkqueueError):
-    """The task ran longer than its ``timeout``."""
+    """The task ran longer than its ``timeout`` (or, in a process pool, its ``hard_timeout``)."""
+
+
+class ProcessDied(WorkqueueError):
+    """The child process running the job died before the job ended (a crash in C code, a
+    signal such as the kernel's OOM killer, ``os._exit``); the message says how."""
 
 
 class DeadlineExceeded(WorkqueueError):

@@ -127,6 +127,9 @@ class TaskSpec:
     """Jobs run together, up to this many per call of the function (a list of items)."""
     batch_wait: float = 1.0
     """Seconds a batch waits for more items after its first is ready."""
+    hard_timeout: float | None = None
+    """Seconds after which a process-pool worker kills the job's child process (threads cannot
+    be killed: a thread-pool worker refuses to serve the task's queue)."""
     api: bool = False
     """Whether the HTTP API may enqueue it (``POST /api/workqueue/jobs/``); off by default,
     as a task's arguments reach it from any client allowed to call the API."""
@@ -332,6 +335,7 @@ class _TaskOptions(TypedDict, total=False):
     fair_key: Callable[..., Any] | None
     batch_size: int | None
     batch_wait: float | None
+    hard_timeout: float | None
     api: bool
 
 
@@ -375,6 +379,7 @@ def task(
     fair_key: Callable[..., Any] | None = None,
     batch_size: int | None = None,
     batch_wait: float | None = None,
+    hard_timeout: float | None = None,
     api: bool = False,
 ) -> Any:
     """Register a function as a task.
@@ -403,6 +408,8 @@ def task(
     (a function of the arguments) makes claims rotate between its keys, so one tenant's
     backlog cannot starve another's. ``batch_size=100, batch_wait=0.5`` runs up to 100 jobs
     in one call of the function, which takes the list of their items.
+    ``hard_timeout=60`` kills a job still running after 60 seconds, with the process it runs
+    in: only a ``runworker --pool processes`` worker can (``docs/guides/pools.md``).
     ``api=True`` lets clients of the HTTP API enqueue it (``docs/reference/http-api.md``).
     """
 
@@ -444,6 +451,7 @@ def task(
             fair_key=fair_key,
             batch_size=batch_size,
             batch_wait=1.0 if batch_wait is None else batch_wait,
+            hard_timeout=hard_timeout,
             api=api,
         )
         _validate_spec(spec)
@@ -486,6 +494,7 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise InvalidOption(f"task {spec.name}: lease_seconds must be at least 1")
     if spec.timeout is not None and spec.timeout <= 0:
         raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
+    _validate_hard_timeout(spec)
     if spec.cron is not None:
         from .schedules import cron_problem, timezone_problem
         from .states import CatchUp
@@ -512,6 +521,28 @@ def _validate_spec(spec: TaskSpec) -> None:
     ):
         raise InvalidOption(
             f"{owner}: expires_after must be a positive number of seconds, got {describe(expires)}"
+        )
+
+
+def _validate_hard_timeout(spec: TaskSpec) -> None:
+    hard = spec.hard_timeout
+    if hard is None:
+        return
+    if isinstance(hard, bool) or not isinstance(hard, int | float) or not 0 < hard < 10**7:
+        raise InvalidOption(
+            f"task {spec.name}: hard_timeout must be a positive number of seconds (below "
+            f"10,000,000), got {describe(hard)}"
+        )
+    if spec.batch_size is not None:
+        raise InvalidOption(
+            f"task {spec.name}: hard_timeout does not apply to batch tasks (a batch runs in the "
+            f"worker's own process); use timeout, or leave out batch_size"
+        )
+    if spec.timeout is not None and hard <= spec.timeout:
+        raise InvalidOption(
+            f"task {spec.name}: hard_timeout ({hard}s) must be longer than timeout "
+            f"({spec.timeout}s): the hard limit is the last resort after the cooperative one; "
+            f"raise hard_timeout or lower timeout"
         )
 
 

@@ -53,6 +53,7 @@ from .connections import (
 )
 from .execution import load_middlewares, run
 from .lease import LeaseKeeper, RunningJob
+from .processes import ChildLimits, ProcessPool
 from .registration import Registration
 from .slots import SlotPool, scale
 
@@ -84,6 +85,8 @@ class Worker:
         grace_seconds: float | None = None,
         queue_slots: Mapping[str, int] | None = None,
         max_concurrency: int | None = None,
+        pool: str = "threads",
+        child_limits: ChildLimits | None = None,
     ) -> None:
         self.queues = list(queue_slots or queues or conf.QUEUES)
         self.burst = burst
@@ -138,12 +141,19 @@ class Worker:
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
+        if pool not in ("threads", "processes"):
+            raise ValueError(f"pool must be 'threads' or 'processes', got {pool!r}")
+        self.pool_kind = pool
+        # --pool processes: each slot thread runs its jobs in a child process (processes.py).
+        self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``/``max_jobs``, until done); return an exit code."""
+        if self.processes is not None:  # a project the children cannot import stops us here
+            self.processes.prestart(self.id, self.pool.size)
         outer = getattr(serving, "worker", None)
         serving.worker = self  # this thread is the control thread: its connections are ours
         try:
@@ -199,8 +209,9 @@ class Worker:
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
             self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
         logger.info(
-            "worker %s started: queues=%s concurrency=%s", self.id, self.queues,
+            "worker %s started: queues=%s concurrency=%s pool=%s", self.id, self.queues,
             self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
+            self.pool_kind,
         )  # fmt: skip
         self.started.set()
         signals.worker_event(signals.worker_started, self)
@@ -426,11 +437,14 @@ class Worker:
     def _slot(self) -> None:
         serving.worker = self
         generation = self._db_generation
+        child = self.processes.slot(self) if self.processes is not None else None
         while True:
             handed = self._inbox.get()
             if handed is None:
                 if not self.pool.retire():  # meant for a slot that a later grow kept
                     continue
+                if child is not None:
+                    child.close()
                 connections.close_all()  # this thread's connections end with it
                 return
             if isinstance(handed, Batch):
@@ -443,9 +457,12 @@ class Worker:
                 if generation != self._db_generation:  # the database restarted or dropped us
                     generation = self._db_generation
                     close_unusable_connections()
-                if item.is_async:
-                    self._ensure_loop()
-                outcome, pending = run(job, item.context, self.driver, self._loop)
+                if child is not None:
+                    outcome, pending = child.run(job, item)
+                else:
+                    if item.is_async:
+                        self._ensure_loop()
+                    outcome, pending = run(job, item.context, self.driver, self._loop)
                 if outcome is not None and pending:
                     outcome.encoded()  # here, not on the control thread that batches them
             except Exception:

@@ -93,7 +93,7 @@ def test_the_start_line_is_written_once(worker_env: Callable[..., dict[str, str]
 
     assert completed.returncode == 0, completed
     [line] = start_lines(completed)
-    assert re.fullmatch(r"worker \S+ started: queues=\[.*'default'.*\] concurrency=3", line), line
+    assert re.fullmatch(r"worker \S+ started: queues=\[.*'default'.*\] concurrency=3 pool=threads", line), line
 
 
 def test_verbosity_2_lists_the_registered_tasks_with_their_queues(

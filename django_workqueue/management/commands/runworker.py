@@ -11,14 +11,17 @@ import threading
 from types import FrameType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
+from ...exceptions import ProcessDied
 from ...models import Job
 from ...registry import import_errors, registered_tasks
 from ...worker.connections import is_transient
+from ...worker.processes import ChildLimits, require_settings_module
 from ...worker.runner import Worker
 from ...worker.slots import MAX_SLOTS
 
@@ -163,6 +166,19 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", type=worker_id,
                             help="Lease owner id (default: a fresh uuid4 per start; a reused "
                             "id hides a crashed process).")  # fmt: skip
+        parser.add_argument("--pool", choices=("threads", "processes"), default="threads",
+                            help="Run jobs in slot threads (the default, for I/O-bound work) "
+                            "or one child process per slot (CPU-bound work, hard "
+                            "limits).")  # fmt: skip
+        parser.add_argument("--hard-timeout", type=positive_float,
+                            help="With --pool processes: kill a job's process after this many "
+                            "seconds, for tasks without their own hard_timeout.")  # fmt: skip
+        parser.add_argument("--max-jobs-per-child", type=positive_int,
+                            help="With --pool processes: replace a child process after it ran "
+                            "this many jobs.")  # fmt: skip
+        parser.add_argument("--max-memory-per-child", type=positive_int, metavar="MB",
+                            help="With --pool processes: replace a child process whose resident "
+                            "memory passed this many MiB after a job.")  # fmt: skip
         parser.add_argument("--metrics-port", type=positive_int,
                             help="Serve this process's own Prometheus metrics on this port "
                             "(needs the 'prometheus' extra).")  # fmt: skip
@@ -192,7 +208,8 @@ class Command(BaseCommand):
         tasks = registered_tasks()
         if not tasks:
             raise CommandError(_nothing_to_run())
-        _configure_logging(options["verbosity"])
+        pool = pool_options(options, queues)
+        configure_logging(options["verbosity"])
         if options["verbosity"] >= 2:
             logger.info("%d registered task(s):", len(tasks))
             for name, registered in sorted(tasks.items()):
@@ -227,11 +244,72 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             poll_interval=options["poll_interval"],
             worker_id=options["worker_id"],
+            **pool,
         )
         if stopped.is_set():  # a signal arrived while the worker was being built
             worker.stop()
-        worker.run()  # it logs its start line ("worker <id> started: ...") once registered
+        try:
+            worker.run()  # it logs its start line ("worker <id> started: ...") once registered
+        except ProcessDied as exc:  # a child could not import the project
+            raise CommandError(f"--pool processes: {exc}") from None
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
+
+
+def pool_options(options: dict[str, Any], queues: list[str]) -> dict[str, Any]:
+    """The ``Worker`` arguments for ``--pool`` and the child limits, or a ``CommandError`` for
+    a combination that cannot work."""
+    pool = options.get("pool") or "threads"
+    limits = {
+        "--hard-timeout": options.get("hard_timeout"),
+        "--max-jobs-per-child": options.get("max_jobs_per_child"),
+        "--max-memory-per-child": options.get("max_memory_per_child"),
+    }
+    if pool == "threads":
+        given = [flag for flag, value in limits.items() if value is not None]
+        if given:
+            raise CommandError(
+                f"{', '.join(given)} need child processes (threads cannot be killed or "
+                f"replaced): add --pool processes, or leave {'them' if len(given) > 1 else 'it'} "
+                f"out"
+            )
+        hard = sorted(
+            name for name, registered in registered_tasks().items()
+            if registered.spec.hard_timeout is not None and registered.spec.queue in queues
+        )  # fmt: skip
+        if hard:
+            raise CommandError(
+                f"task(s) {', '.join(hard)} declare hard_timeout, which only a process pool can "
+                f"enforce (threads cannot be killed): run their queue with --pool processes, or "
+                f"leave it out of this worker's --queues"
+            )
+        return {}
+    try:
+        require_settings_module()
+    except ImproperlyConfigured as exc:
+        raise CommandError(f"--pool processes: {exc}") from None
+    default = limits["--hard-timeout"]
+    shadowed = sorted(
+        f"{name} ({registered.spec.timeout}s)" for name, registered in registered_tasks().items()
+        if default is not None and registered.spec.queue in queues
+        and registered.spec.hard_timeout is None and registered.spec.timeout is not None
+        and registered.spec.timeout >= default
+    )  # fmt: skip
+    if shadowed:
+        raise CommandError(
+            f"--hard-timeout {default} is not longer than the timeout of {', '.join(shadowed)}: "
+            f"the hard limit would kill them before their own timeout could stop them; raise "
+            f"--hard-timeout, or give those tasks a hard_timeout of their own"
+        )
+    memory = limits["--max-memory-per-child"]
+    return {
+        "pool": "processes",
+        "child_limits": ChildLimits(
+            max_jobs=limits["--max-jobs-per-child"],
+            max_memory_bytes=memory * 2**20 if memory is not None else None,
+            hard_timeout=limits["--hard-timeout"],
+            verbosity=int(options.get("verbosity", 1)),
+        ),
+    }
 
 
 def _serve_metrics(port: int, address: str) -> None:
@@ -304,7 +382,7 @@ def _require_tables(stopped: threading.Event) -> bool:
     return True
 
 
-def _configure_logging(verbosity: int) -> None:
+def configure_logging(verbosity: int) -> None:
     logger = logging.getLogger("django_workqueue")
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()

@@ -1,0 +1,357 @@
+"""The process pool (``runworker --pool processes``): each slot thread drives one child process.
+
+Threads suit I/O-bound jobs; CPU-bound jobs serialise on one interpreter lock, and a job stuck
+in C code cannot be stopped in a thread. With the process pool the worker keeps everything it
+does with threads (claims, heartbeat, outcome batches, NOTIFY, shutdown), and each slot thread
+hands its jobs to a child process of its own (``child.py``), one at a time. While the child
+runs a job, its slot thread:
+
+- passes the job's progress reports on to the worker, which writes them as usual;
+- passes on every reason to stop (``cancel_job``, a ``timeout``, the shutdown) as an abort,
+  which the child's ``JobContext`` raises as it would in a thread;
+- stops the child at once when the job is no longer this worker's (its lease was lost, it was
+  completed elsewhere or deleted) or was given back at the end of a shutdown's grace: a
+  process, unlike a thread, can be stopped, so the attempt never runs on beside the next one;
+- kills the child once the task's ``hard_timeout`` has passed (SIGTERM, then SIGKILL after
+  ``KILL_GRACE_SECONDS``): the attempt fails with ``JobTimeout``;
+- notices the child dying on its own (a crash in C code, the OOM killer, ``os._exit``): the
+  attempt fails with ``ProcessDied``, saying how it died.
+
+Either way the slot gets a fresh child and the job is retried under its own policy, so a poison
+pill ends in the dead-letter queue after ``max_attempts``. After a job, a child that has run
+``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child`` resident is replaced;
+the replacement starts at once, so its start-up overlaps the wait for the next job.
+
+Children are fresh interpreters (``python -m django_workqueue.worker.child``), not forks of a
+worker that already runs threads and holds database connections: they import the project from
+``DJANGO_SETTINGS_MODULE`` and the worker's ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ..db import ClaimedJob, Outcome
+from ..exceptions import JobTimeout, ProcessDied
+from ..outcomes import OutcomeKind
+from ..registry import find_task
+from .execution import _not_run
+
+if TYPE_CHECKING:
+    from ..context import JobContext
+    from .lease import RunningJob
+    from .runner import Worker
+
+logger = logging.getLogger("django_workqueue.worker")
+
+KILL_GRACE_SECONDS = 2.0
+"""How long a child past its hard timeout has between SIGTERM and SIGKILL."""
+START_TIMEOUT_SECONDS = 120.0
+"""How long a child may take to import the project before it counts as failed to start."""
+_CHECK_INTERVAL = 0.1  # how often a waiting slot looks for an abort to pass on
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChildLimits:
+    """What ``runworker --pool processes`` was given (None: no limit)."""
+
+    max_jobs: int | None = None
+    """Replace a child after it ran this many jobs (``--max-jobs-per-child``)."""
+    max_memory_bytes: int | None = None
+    """Replace a child whose resident memory passed this after a job
+    (``--max-memory-per-child``)."""
+    hard_timeout: float | None = None
+    """The hard timeout of tasks that give none (``--hard-timeout``)."""
+    verbosity: int = 1
+    """The children's log level, as runworker's ``--verbosity``."""
+
+
+def require_settings_module() -> None:
+    """Children load the project's settings by name: refuse a process pool without one."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        raise ImproperlyConfigured(
+            "the process pool starts its children from DJANGO_SETTINGS_MODULE, which is not "
+            "set (settings.configure() cannot be repeated in another process): set it, or run "
+            "the thread pool (--pool threads)"
+        )
+
+
+class Child:
+    """One child process and the worker's end of its socket."""
+
+    def __init__(self, worker_id: str, verbosity: int) -> None:
+        ours, theirs = socket.socketpair()
+        # The worker's import path, so that the child finds what the worker found (manage.py's
+        # directory, --pythonpath).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
+        try:
+            self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
+                [sys.executable, "-m", "django_workqueue.worker.child", str(theirs.fileno()),
+                 worker_id, str(verbosity)],
+                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C at the terminal reaches the worker only
+            )  # fmt: skip
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.pid = self.process.pid
+        self.ready = False
+        self.jobs_run = 0
+        self.resident_bytes = 0
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        """Wait for the child to have imported the project; ``ProcessDied`` if it could not."""
+        if self.ready:
+            return
+        try:
+            if self.conn.poll(timeout):
+                message = self.conn.recv()
+                if message[0] == "ready":
+                    self.ready = True
+                    return
+        except (EOFError, OSError):
+            pass
+        if self.process.poll() is None:
+            self.kill()
+            raise ProcessDied(
+                f"the worker's child process (pid {self.pid}) did not start within "
+                f"{timeout:.0f}s (importing the project took too long, or it hangs at import)"
+            )
+        raise ProcessDied(
+            f"the worker's child process (pid {self.pid}) {self.how_it_died()} before it was "
+            f"ready; the worker's log above shows why (an import error in the project?)"
+        )
+
+    def send(self, message: tuple[Any, ...]) -> bool:
+        """Send ``message``; False if the child is gone."""
+        try:
+            self.conn.send(message)
+        except OSError:
+            return False
+        return True
+
+    def how_it_died(self) -> str:
+        """How the (ended) process ended: its signal or its exit code."""
+        code = self.process.wait()
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by signal {name}"
+        return f"exited with code {code}"
+
+    def stopped_by_signal(self) -> bool:
+        code = self.process.poll()
+        return code is not None and code < 0 and -code in _STOP_SIGNALS
+
+    def kill(self) -> None:
+        """SIGTERM, then SIGKILL after the grace; waits for the process to end."""
+        for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+            try:
+                self.process.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.close()
+
+    def retire(self) -> None:
+        """Ask the child to exit after its current job (it closes its connections first)."""
+        self.send(("exit",))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Ended(Exception):
+    """The child ended before handing back an outcome (``outcome`` stands for it)."""
+
+    def __init__(self, outcome: Outcome | None) -> None:
+        self.outcome = outcome
+
+
+class ProcessSlot:
+    """The executor of one slot thread of a process pool: its child, replaced as needed."""
+
+    def __init__(self, worker: Worker, limits: ChildLimits, child: Child | None = None) -> None:
+        self.worker = worker
+        self.limits = limits
+        self.child = child or Child(worker.id, limits.verbosity)
+        self._retired: list[Child] = []
+
+    def run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
+        """Run ``job`` in the child; return (outcome, whether it still has to be written)."""
+        self._reap()
+        try:
+            return self._run(job, item.context)
+        except _Ended as ended:
+            self.child.close()
+            self.child = Child(self.worker.id, self.limits.verbosity)
+            return ended.outcome, ended.outcome is not None
+        finally:
+            self._replace_if_spent()
+
+    def close(self) -> None:
+        """The slot retires: so does its child."""
+        self.child.retire()
+        self._retired.append(self.child)
+        for child in self._retired:
+            try:
+                child.process.wait(KILL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            child.close()
+
+    def _run(self, job: ClaimedJob, context: JobContext) -> tuple[Outcome | None, bool]:
+        child = self.child
+        try:
+            child.wait_ready()
+        except ProcessDied as exc:
+            raise _Ended(self._failed(job, exc)) from None
+        if not child.send(("run", job, context.owner, self.worker._db_generation)):
+            raise _Ended(self._died(job, child))
+        task = find_task(job.task_name)
+        hard_timeout = (task.spec.hard_timeout if task else None) or self.limits.hard_timeout
+        started = time.monotonic()
+        forwarded = False
+        while True:
+            wait = _CHECK_INTERVAL
+            if hard_timeout is not None:
+                wait = min(wait, max(0.0, started + hard_timeout - time.monotonic()))
+            try:
+                message = child.conn.recv() if child.conn.poll(wait) else None
+            except (EOFError, OSError):
+                raise _Ended(self._died(job, child)) from None
+            if message is not None:
+                if message[0] == "done":
+                    _, _, outcome, pending, resident = message
+                    child.jobs_run += 1
+                    child.resident_bytes = resident
+                    return outcome, pending
+                if message[0] == "progress":
+                    context.progress = message[2]
+                    self.worker._on_progress(context)
+                continue
+            if context.released:  # given back at shutdown: it must not run on beside its retry
+                child.kill()
+                raise _Ended(self._released(job))
+            if context.lease_lost:  # another worker runs it now: this attempt must not go on
+                logger.info(
+                    "job %s: %s; stopping its process %s", job.id, context._why(), child.pid
+                )
+                child.kill()
+                raise _Ended(None)
+            if context.abort_reason is not None and not forwarded:
+                forwarded = child.send(("abort", job.id, context.abort_reason.value))
+            if hard_timeout is not None and time.monotonic() - started >= hard_timeout:
+                logger.warning(
+                    "job %s (%s): past its hard timeout of %ss; killing its process %s",
+                    job.id, job.task_name, hard_timeout, child.pid,
+                )  # fmt: skip
+                child.kill()
+                late = JobTimeout(
+                    f"{job.task_name} ran past its hard timeout of {hard_timeout}s; its process "
+                    f"(pid {child.pid}) was killed"
+                )
+                raise _Ended(self._failed(job, late))
+
+    def _died(self, job: ClaimedJob, child: Child) -> Outcome:
+        how = child.how_it_died()
+        if self.worker.stopping.is_set() and child.stopped_by_signal():
+            # Stopped with the worker (a service manager signals the whole group): the job
+            # goes back to ready uncharged, as the shutdown gives back every unfinished job.
+            logger.info("job %s: its process %s stopped with the worker", job.id, child.pid)
+            return self._released(job)
+        died = ProcessDied(
+            f"the process running {job.task_name} (pid {child.pid}) {how} before the job "
+            f"ended (a crash in C code, the kernel's OOM killer, os._exit or a kill from "
+            f"outside)"
+        )
+        return self._failed(job, died)
+
+    def _failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
+        return _not_run(job, find_task(job.task_name), exc)
+
+    @staticmethod
+    def _released(job: ClaimedJob) -> Outcome:
+        return Outcome(
+            job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
+            max_attempts=job.max_attempts, task_name=job.task_name, queue=job.queue,
+        )  # fmt: skip
+
+    def _replace_if_spent(self) -> None:
+        child, limits = self.child, self.limits
+        if not child.ready:
+            return
+        why = None
+        if limits.max_jobs is not None and child.jobs_run >= limits.max_jobs:
+            why = f"it ran {child.jobs_run} jobs (--max-jobs-per-child {limits.max_jobs})"
+        elif limits.max_memory_bytes is not None and child.resident_bytes > limits.max_memory_bytes:
+            why = (
+                f"it holds {child.resident_bytes / 2**20:.0f} MiB "
+                f"(--max-memory-per-child {limits.max_memory_bytes // 2**20})"
+            )
+        if why is None:
+            return
+        logger.info("worker %s: replacing child process %s: %s", self.worker.id, child.pid, why)
+        child.retire()
+        self._retired.append(child)
+        self.child = Child(self.worker.id, limits.verbosity)
+
+    def _reap(self) -> None:
+        """Collect retired children that have exited (no zombies left behind)."""
+        for child in list(self._retired):
+            if child.process.poll() is not None:
+                child.close()
+                self._retired.remove(child)
+
+
+class ProcessPool:
+    """The children of one worker: started together at its start (a project that cannot be
+    imported stops the worker there, not in its jobs), then one per slot thread."""
+
+    def __init__(self, limits: ChildLimits) -> None:
+        require_settings_module()
+        self.limits = limits
+        self._spares: queue.SimpleQueue[Child] = queue.SimpleQueue()
+
+    def prestart(self, worker_id: str, count: int) -> None:
+        """Start ``count`` children and wait until each is ready; ``ProcessDied`` if one
+        cannot start (the others are stopped)."""
+        children = [Child(worker_id, self.limits.verbosity) for _ in range(count)]
+        try:
+            for child in children:
+                child.wait_ready()
+        except ProcessDied:
+            for child in children:
+                child.kill()
+            raise
+        for child in children:
+            self._spares.put(child)
+
+    def slot(self, worker: Worker) -> ProcessSlot:
+        """The executor of a new slot thread, with a prestarted child if one is left."""
+        try:
+            child = self._spares.get_nowait()
+        except queue.Empty:
+            child = None
+        return ProcessSlot(worker, self.limits, child)
