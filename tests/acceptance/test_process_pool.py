@@ -46,6 +46,7 @@ from tests.support.processes import (
     StartWorker,
     children_of,
     pid_running,
+    processes_naming,
     run_manage,
     wait_for,
 )
@@ -75,7 +76,8 @@ def start_pool(start_worker: StartWorker) -> Iterator[StartWorker]:
     """Start ``runworker --pool processes --queues pool`` workers.
 
     At the end of the test each worker still alive is SIGKILLed: its children must exit by
-    themselves (and are SIGKILLed, failing the test, if they have not within 15 s)."""
+    themselves (and are SIGKILLed, failing the test, if they have not within 15 s); so are the
+    children left behind by a worker the test killed."""
     started: list[RunworkerProcess] = []
 
     def start(*args: str, name: str = "pool", env: dict[str, str] | None = None) -> Any:
@@ -87,9 +89,13 @@ def start_pool(start_worker: StartWorker) -> Iterator[StartWorker]:
         return worker
 
     yield start
-    children = [child for worker in started if worker.alive for child in children_of(worker.pid)]
     for worker in started:
         worker.kill()
+    # Every child of these workers (even of one the test killed) names its worker's id.
+    children = [
+        child for worker in started for child in processes_naming(worker.worker_id)
+        if child.pid != worker.pid
+    ]  # fmt: skip
     try:
         wait_until(
             lambda: not any(child.running for child in children), timeout=15,
@@ -367,6 +373,22 @@ def test_sigkill_of_the_parent_ends_its_children_and_another_worker_recovers_the
         (1, a.worker_id), (2, b.worker_id),
     ]  # fmt: skip
     assert start_pids(ledger, job) == [(1, child), (2, job.result)]
+
+
+def test_a_child_stuck_in_c_code_exits_when_its_parent_is_sigkilled(
+    start_pool: StartWorker, ledger: Ledger
+) -> None:
+    """The job the process pool is for: stuck in C code that holds the interpreter lock, where
+    no thread of the child can read its pipe. It must not outlive the worker (holding its
+    database connection and burning a core for days)."""
+    job = hang_without_limit.enqueue(ledger=str(ledger), how="busy")
+    worker = start_pool("--concurrency", "1")
+    child = running_pid(ledger, job, worker)
+
+    worker.send(signal.SIGKILL)
+    assert worker.wait() == -signal.SIGKILL
+
+    wait_gone([child], f"the busy child {child} of the killed worker to exit")
 
 
 # --- what a job does in a child ------------------------------------------------------------------

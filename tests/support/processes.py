@@ -245,6 +245,23 @@ def identify(pid: int) -> ProcessIdentity:
     return ProcessIdentity(pid, int(stat[19]))
 
 
+def processes_naming(text: str) -> list[ProcessIdentity]:
+    """The live processes whose command line contains ``text`` (e.g. a worker id, which the
+    process pool's children are given as an argument, and keep once their parent is gone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        stat = _stat(int(entry.name))
+        if text in cmdline and stat is not None and stat[0] != "Z":
+            found.append(ProcessIdentity(int(entry.name), int(stat[19])))
+    return found
+
+
 def children_of(pid: int) -> list[ProcessIdentity]:
     """The live (not zombie) child processes of ``pid``."""
     children = []
