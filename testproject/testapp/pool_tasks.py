@@ -46,8 +46,10 @@ def _hang(how):
     if how == "sleep":
         time.sleep(600)
     elif how == "busy":
-        # Days of C code that holds the GIL and never returns to the interpreter: no Python
-        # signal handler (nor any other thread of the child) runs until it is killed.
+        # Deaf to SIGTERM, then days of C code that holds the GIL and never returns to the
+        # interpreter: no Python signal handler (nor any other thread of the child) runs, and
+        # only SIGKILL ends it.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sum(range(10**15))
     else:
         raise ValueError(f"unknown way to hang: {how!r}")

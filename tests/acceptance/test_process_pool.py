@@ -193,8 +193,8 @@ def test_a_child_ignores_sigint_and_sigint_to_the_parent_drains(
 def test_a_hard_timeout_kills_the_hung_child_and_the_next_job_runs_in_a_fresh_one(
     start_pool: StartWorker, ledger: Ledger, task: Any, how: str, args: list[str]
 ) -> None:
-    """``busy`` hangs in C code that never returns to the interpreter: no Python signal
-    handler of the child runs, only the kill ends it. Each attempt is charged
+    """``busy`` ignores SIGTERM and hangs in C code that never returns to the interpreter: no
+    Python signal handler of the child runs, only SIGKILL ends it. Each attempt is charged
     (``max_attempts=2``, no backoff) and the job ends failed; the slot runs the next job."""
     first = pool_work.enqueue(ledger=str(ledger))
     worker = start_pool("--concurrency", "1", *args)
