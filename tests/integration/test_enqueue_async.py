@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import connection, connections, transaction
 from django.db.backends.signals import connection_created
 from django.test import AsyncClient, override_settings
@@ -90,8 +91,8 @@ def notifications_until(listener: Any, last: str) -> list[str]:
 def job_table_locked() -> Iterator[threading.Event]:
     """Another session holds a lock that every INSERT of a job waits for (SQLite: the write
     lock of ``BEGIN IMMEDIATE``; PostgreSQL: ``LOCK TABLE … IN SHARE MODE``) until the yielded
-    event is set. After 30 s it gives up by itself, so a blocked event loop fails the test
-    instead of hanging it."""
+    event is set. After 10 s (within SQLite's 20 s busy timeout of the test settings) it gives
+    up by itself, so a blocked event loop fails the test's assertion instead of hanging it."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -101,7 +102,7 @@ def job_table_locked() -> Iterator[threading.Event]:
                     with connection.cursor() as cursor:
                         cursor.execute(f"LOCK TABLE {Job._meta.db_table} IN SHARE MODE")
                 held.set()
-                release.wait(30)
+                release.wait(10)
         finally:
             connections.close_all()
 
@@ -215,6 +216,16 @@ def test_aenqueue_raises_the_errors_of_enqueue_in_the_awaiting_coroutine():
         assert str(wrong) == str(sync_error(lambda: add.enqueue(1, 2, 3)))  # type: ignore[call-arg]
         assert isinstance(large, PayloadTooLarge)
         assert str(large) == str(sync_error(lambda: send_mail.enqueue("x" * 2000)))
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_enqueue_on_the_event_loop_is_refused_by_django():
+    async def scenario() -> None:
+        add.enqueue(1, 2)
+
+    with pytest.raises(SynchronousOnlyOperation):
+        async_to_sync(scenario)()
     assert Job.objects.count() == 0
 
 
@@ -399,4 +410,11 @@ def test_atomic_requests_refuses_an_async_view(shop_client, monkeypatch):
     monkeypatch.setitem(connections.settings["default"], "ATOMIC_REQUESTS", True)
     with pytest.raises(RuntimeError, match="ATOMIC_REQUESTS with async views"):
         post_receipt(shop_client, order_id="42", email="ada@example.com")
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_needs_a_login_and_writes_nothing_without_one():
+    response = post_receipt(AsyncClient(), order_id="42", email="ada@example.com")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
     assert Job.objects.count() == 0
