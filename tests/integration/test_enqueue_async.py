@@ -273,8 +273,8 @@ def test_in_async_code_the_notify_is_sent_when_the_await_returns():
 
 
 def place_order(fail: bool, woken: threading.Event) -> dict[str, Any]:
-    """Sync code run from async code with ``sync_to_async``: its ``atomic()`` block holds an
-    order's writes and its job (a plain ``enqueue``)."""
+    """Sync code run from async code with ``sync_to_async``: a plain ``enqueue`` inside its
+    ``atomic()`` block, where an order's writes would be; what was true inside it."""
     seen: dict[str, Any] = {}
     with transaction.atomic():
         job = send_mail.enqueue("a@example.com")
@@ -282,7 +282,9 @@ def place_order(fail: bool, woken: threading.Event) -> dict[str, Any]:
         seen["visible inside"] = Job.objects.filter(pk=job.pk).exists()
         seen["committed inside"] = seen_elsewhere(job.pk)
         seen["woken inside"] = woken.is_set()
-        if connection.vendor == "postgresql":  # a marker, committed while this is open
+        # PostgreSQL: a marker job enqueued and committed by another session while this block
+        # is open (on SQLite it would wait for this block's write lock).
+        if connection.vendor == "postgresql":
             _marker_in_another_session()
         if fail:
             raise Rollback
