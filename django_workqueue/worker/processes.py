@@ -103,7 +103,7 @@ class Child:
         try:
             self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
                 [sys.executable, "-m", "django_workqueue.worker.spawned", str(theirs.fileno()),
-                 worker_id, str(verbosity)],
+                 worker_id, str(verbosity), str(os.getpid())],
                 pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches the worker only
             )  # fmt: skip
