@@ -252,13 +252,20 @@ class Task(Generic[P, R]):
         return enqueue_one(self, args, kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """``enqueue`` for async code (async views, consumers).
+        """``enqueue`` for async code (async views, consumers); the event loop runs on while
+        the insert waits for the database.
 
         >>> job = await add.aenqueue(1, 2)
+        >>> job = await add.using(delay=30, unique_key="k").aenqueue(1, 2)
 
-        The insert runs where Django runs the ORM's async calls (``sync_to_async``, thread
-        sensitive): Django's database layer is synchronous, and async code holds no
-        transaction for it to join.
+        The insert runs where Django runs the async ORM's queries: ``sync_to_async`` with
+        ``thread_sensitive=True``, on that thread's connection. Async code cannot hold a
+        transaction open across an ``await``, so there the job commits before the ``await``
+        returns. It joins a transaction only when a sync caller opened ``atomic()`` on that
+        same thread and called into async code with ``async_to_sync``. To enqueue together
+        with other writes, put them and a plain ``enqueue`` in one sync function, run with
+        ``sync_to_async``. Errors (``InvalidArguments``, ``PayloadTooLarge``, …) are raised
+        from the ``await``.
         """
         from asgiref.sync import sync_to_async
 
@@ -290,6 +297,15 @@ class Task(Generic[P, R]):
             pairs = [_pair(self.name, index, call) for index, call in enumerate(calls)]
             return enqueue_many_with_dependencies(self, pairs)
         return enqueue_many(self, calls)
+
+    async def aenqueue_many(self, calls: Iterable[Call]) -> list[Job]:
+        """``enqueue_many`` for async code, run as ``aenqueue`` runs ``enqueue``.
+
+        >>> jobs = await add.aenqueue_many([((1, 2), {}), ((3, 4), {})])
+        """
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue_many, thread_sensitive=True)(calls)
 
 
 class ContextTask(Task[P, R]):

@@ -1,5 +1,6 @@
 """A process slot's child: it imports the project once, then runs the jobs its worker hands
-it, one at a time, and hands each outcome back (``processes.py`` is the worker's side).
+it, one at a time, and hands each outcome back (``processes.py`` is the worker's side;
+``spawned.py`` starts it).
 
 The child runs the same pipeline as a slot thread (``execution.run``: the task, the attempt
 middlewares, the classification of its ending) and writes no job state: the worker records
@@ -7,14 +8,8 @@ every outcome, renews the leases and decides what is claimed. The one exception 
 ``atomic=True`` task, whose success must commit with the body's own writes: the child records
 it inside the body's transaction, fenced by the worker's lease exactly as a slot thread does.
 
-Messages are pickled over a socket pair private to the worker and the children it started
-(never over a network, never stored); job arguments and results inside them stay the JSON text
-the database holds.
-
-worker -> child: ``("run", job, owner, connection generation)``, ``("abort", job_id, reason)``,
-``("exit",)``
-child -> worker: ``("ready", pid)``, ``("progress", job_id, report)``,
-``("done", job_id, outcome, pending, resident_bytes)``
+Messages are JSON (``wire.py``) over a socket pair private to the worker and the children it
+started; job arguments and results inside them stay the JSON text the database holds.
 
 The child ignores SIGINT (a Ctrl-C at the terminal is the worker's to handle) and runs in its
 own session. When its worker goes away (the socket closes), it exits at once: the leases of its
@@ -23,15 +18,27 @@ job lapse and the reaper recovers the job, as for any worker that died.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
 import resource
-import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
+
+from django.db import connections
+
+from ..conf import workqueue_settings as conf
+from ..context import AbortReason, JobContext
+from ..db import driver_for
+from ..outcomes import Outcome
+from ..registry import find_task
+from . import wire
+from .asyncloop import AsyncLoop
+from .connections import close_unusable_connections, serving, tidy_connections
+from .execution import load_middlewares, run, unstorable
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -57,30 +64,40 @@ class _Parent:
         self.current: Any = None  # the running job's JobContext
         self._send_lock = threading.Lock()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: list[Any]) -> None:
         with self._send_lock:
             try:
-                self.conn.send(message)
+                wire.send(self.conn, message)
             except OSError:  # the worker is gone (it stopped while this child started)
                 os._exit(0)
+
+    def send_outcome(self, job_id: int, outcome: Outcome | None, pending: bool) -> None:
+        """Hand the job's outcome back; one that cannot be sent (its result or its error
+        holds text JSON cannot carry) ends the job as a failure that says why, as an outcome
+        the database refuses does in a slot thread."""
+        try:
+            fields = wire.outcome_to_wire(outcome) if outcome is not None else None
+            json.dumps(fields)
+        except (TypeError, ValueError) as exc:
+            outcome = unstorable(outcome, exc) if outcome is not None and pending else None
+            fields = wire.outcome_to_wire(outcome) if outcome is not None else None
+        self.send(["done", job_id, fields, pending, resident_bytes()])
 
     def read_forever(self) -> None:
         while True:
             try:
-                message = self.conn.recv()
+                message = wire.receive(self.conn)
             except (EOFError, OSError):
                 os._exit(0)  # the worker is gone: so is the job's lease; stop at once
             kind = message[0]
             if kind == "run":
-                self.jobs.put((message[1], message[2], message[3]))
+                self.jobs.put((wire.job_from_wire(message[1]), message[2], message[3]))
             elif kind == "abort":
                 self._abort(message[1], message[2])
             elif kind == "exit":
                 self.jobs.put(None)
 
     def _abort(self, job_id: int, reason: str) -> None:
-        from ..context import AbortReason
-
         context = self.current
         if context is not None and context.job.id == job_id:
             context.abort(AbortReason(reason))
@@ -99,15 +116,6 @@ def resident_bytes() -> int:
 
 def serve(conn: Connection, worker_id: str) -> None:
     """Run jobs from ``conn`` until told to exit."""
-    from django.db import connections
-
-    from ..conf import workqueue_settings as conf
-    from ..context import JobContext
-    from ..db import driver_for
-    from .asyncloop import AsyncLoop
-    from .connections import close_unusable_connections, serving, tidy_connections
-    from .execution import load_middlewares, run
-
     driver = driver_for(conf.DATABASE)
     serving.worker = _Identity(worker_id, conf.DATABASE, driver)
     load_middlewares()
@@ -117,9 +125,9 @@ def serve(conn: Connection, worker_id: str) -> None:
     connections_generation = 0
 
     def on_progress(context: JobContext) -> None:
-        parent.send(("progress", context.job.id, context.progress))
+        parent.send(["progress", context.job.id, context.progress])
 
-    parent.send(("ready", os.getpid()))
+    parent.send(["ready", os.getpid()])
     while True:
         handed = parent.jobs.get()
         if handed is None:
@@ -145,32 +153,12 @@ def serve(conn: Connection, worker_id: str) -> None:
                 tidy_connections()
             except Exception:
                 logger.exception("job %s: could not tidy the child's connections", job.id)
-        parent.send(("done", job.id, outcome, pending, resident_bytes()))
+        parent.send_outcome(job.id, outcome, pending)
     if loop is not None:
         loop.close()
     connections.close_all()
 
 
 def _is_async(task_name: str) -> bool:
-    from ..registry import find_task
-
     task = find_task(task_name)
     return bool(task and task.spec.is_async)
-
-
-def main(argv: list[str]) -> None:
-    """``python -m django_workqueue.worker.child FD WORKER_ID VERBOSITY``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fd, worker_id, verbosity = int(argv[0]), argv[1], int(argv[2])
-    conn = Connection(fd)
-    import django
-
-    django.setup()
-    from ..management.commands.runworker import configure_logging
-
-    configure_logging(verbosity)
-    serve(conn, worker_id)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -22,7 +22,7 @@ pill ends in the dead-letter queue after ``max_attempts``. After a job, a child 
 ``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child`` resident is replaced;
 the replacement starts at once, so its start-up overlaps the wait for the next job.
 
-Children are fresh interpreters (``python -m django_workqueue.worker.child``), not forks of a
+Children are fresh interpreters (``python -m django_workqueue.worker.spawned``), not forks of a
 worker that already runs threads and holds database connections: they import the project from
 ``DJANGO_SETTINGS_MODULE`` and the worker's ``sys.path``.
 """
@@ -44,10 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..context import AbortReason
 from ..db import ClaimedJob, Outcome
 from ..exceptions import JobTimeout, ProcessDied
 from ..outcomes import OutcomeKind
 from ..registry import find_task
+from . import wire
 from .execution import _not_run
 
 if TYPE_CHECKING:
@@ -100,8 +102,8 @@ class Child:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
         try:
             self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
-                [sys.executable, "-m", "django_workqueue.worker.child", str(theirs.fileno()),
-                 worker_id, str(verbosity)],
+                [sys.executable, "-m", "django_workqueue.worker.spawned", str(theirs.fileno()),
+                 worker_id, str(verbosity), str(os.getpid())],
                 pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches the worker only
             )  # fmt: skip
@@ -122,7 +124,7 @@ class Child:
             return
         try:
             if self.conn.poll(timeout):
-                message = self.conn.recv()
+                message = wire.receive(self.conn)
                 if message[0] == "ready":
                     self.ready = True
                     return
@@ -139,10 +141,10 @@ class Child:
             f"ready; the worker's log above shows why (an import error in the project?)"
         )
 
-    def send(self, message: tuple[Any, ...]) -> bool:
+    def send(self, message: list[Any]) -> bool:
         """Send ``message``; False if the child is gone."""
         try:
-            self.conn.send(message)
+            wire.send(self.conn, message)
         except OSError:
             return False
         return True
@@ -176,7 +178,7 @@ class Child:
 
     def retire(self) -> None:
         """Ask the child to exit after its current job (it closes its connections first)."""
-        self.send(("exit",))
+        self.send(["exit"])
 
     def close(self) -> None:
         self.conn.close()
@@ -227,10 +229,13 @@ class ProcessSlot:
             child.wait_ready()
         except ProcessDied as exc:
             raise _Ended(self._failed(job, exc)) from None
-        if not child.send(("run", job, context.owner, self.worker._db_generation)):
+        if not child.send(
+            ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation]
+        ):
             raise _Ended(self._died(job, child))
         task = find_task(job.task_name)
         hard_timeout = (task.spec.hard_timeout if task else None) or self.limits.hard_timeout
+        atomic = bool(task and task.spec.atomic)
         started = time.monotonic()
         forwarded = False
         while True:
@@ -238,30 +243,35 @@ class ProcessSlot:
             if hard_timeout is not None:
                 wait = min(wait, max(0.0, started + hard_timeout - time.monotonic()))
             try:
-                message = child.conn.recv() if child.conn.poll(wait) else None
-            except (EOFError, OSError):
+                message = wire.receive(child.conn) if child.conn.poll(wait) else None
+            except (EOFError, OSError, ValueError):
                 raise _Ended(self._died(job, child)) from None
             if message is not None:
                 if message[0] == "done":
-                    _, _, outcome, pending, resident = message
+                    _, _, fields, pending, resident = message
                     child.jobs_run += 1
                     child.resident_bytes = resident
-                    return outcome, pending
+                    return (wire.outcome_from_wire(fields) if fields else None), pending
                 if message[0] == "progress":
-                    context.progress = message[2]
+                    current, total, text, details = message[2]
+                    context.progress = (current, total, text, details)
                     self.worker._on_progress(context)
                 continue
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
                 raise _Ended(self._released(job))
-            if context.lease_lost:  # another worker runs it now: this attempt must not go on
+            if context.lease_lost and not (
+                # An atomic task's child records its success itself: the heartbeat may see
+                # that commit before the child's outcome arrives. Nothing to stop then.
+                atomic and context.abort_reason == AbortReason.COMPLETED_ELSEWHERE
+            ):  # another worker runs it now: this attempt must not go on
                 logger.info(
                     "job %s: %s; stopping its process %s", job.id, context._why(), child.pid
                 )
                 child.kill()
                 raise _Ended(None)
             if context.abort_reason is not None and not forwarded:
-                forwarded = child.send(("abort", job.id, context.abort_reason.value))
+                forwarded = child.send(["abort", job.id, context.abort_reason.value])
             if hard_timeout is not None and time.monotonic() - started >= hard_timeout:
                 logger.warning(
                     "job %s (%s): past its hard timeout of %ss; killing its process %s",

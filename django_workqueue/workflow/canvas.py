@@ -76,6 +76,15 @@ class Composition:
 
         return write_workflow(self, name=name or self.describe())
 
+    async def aenqueue(self, *, name: str = "") -> Workflow:
+        """``enqueue`` for async code, run as ``Task.aenqueue`` runs ``Task.enqueue``.
+
+        >>> wf = await chain(fetch.s(url), parse.s()).aenqueue()
+        """
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(name=name)
+
     def describe(self) -> str:
         raise NotImplementedError
 

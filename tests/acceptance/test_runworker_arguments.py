@@ -93,7 +93,8 @@ def test_the_start_line_is_written_once(worker_env: Callable[..., dict[str, str]
 
     assert completed.returncode == 0, completed
     [line] = start_lines(completed)
-    assert re.fullmatch(r"worker \S+ started: queues=\[.*'default'.*\] concurrency=3 pool=threads", line), line
+    pattern = r"worker \S+ started: queues=\[.*'default'.*\] concurrency=3 pool=threads"
+    assert re.fullmatch(pattern, line), line
 
 
 def test_verbosity_2_lists_the_registered_tasks_with_their_queues(

@@ -207,6 +207,17 @@ def test_atomic_sync_task_is_accepted():
         ({"lease_seconds": 0}, "lease_seconds must be at least 1"),
         ({"timeout": 0}, "timeout must be a positive number of seconds"),
         ({"timeout": -1.5}, "timeout must be a positive number of seconds"),
+        ({"hard_timeout": 0}, r"hard_timeout must be a positive number of seconds .*got 0"),
+        ({"hard_timeout": "60"}, r"hard_timeout must be a positive number .*got '60'"),
+        ({"hard_timeout": True}, r"hard_timeout must be a positive number .*got True"),
+        (
+            {"hard_timeout": 30, "timeout": 30},
+            r"hard_timeout \(30s\) must be longer than timeout \(30s\)",
+        ),
+        (
+            {"hard_timeout": 30, "batch_size": 10},
+            "hard_timeout does not apply to batch tasks",
+        ),
     ],
 )
 def test_bad_options_are_rejected_and_not_registered(options, message):
@@ -438,3 +449,11 @@ def test_a_task_is_closed_to_the_http_api_unless_it_opts_in():
     assert (closed.spec.api, opened.spec.api) == (False, True)
     with pytest.raises(InvalidOption, match="api must be True or False, got 'yes'"):
         task(name="h1.bad", api="yes")(lambda: None)
+
+
+def test_a_hard_timeout_longer_than_the_timeout_is_kept_on_the_spec():
+    @task(name="h1.hard", timeout=10, hard_timeout=12.5)
+    def hard():
+        pass
+
+    assert registry.get_task("h1.hard").spec.hard_timeout == 12.5

@@ -70,3 +70,18 @@ def calls_that_do_not_fit(context: JobContext) -> None:
     fetch.enqueue(1)  # error
     wrong: Task[[str], int] = add  # error
     assert wrong
+
+
+async def awaited_calls_that_fit() -> list[Job]:
+    jobs = [
+        await add.aenqueue(1, 2),
+        await add.using(delay=5, unique_key="k").aenqueue(a=1, b=2),
+        await export_orders.aenqueue("2026-01-01"),
+    ]
+    return jobs + await add.aenqueue_many([((1, 2), {})])
+
+
+async def awaited_calls_that_do_not_fit() -> None:
+    await add.aenqueue(1, "2")  # error
+    await add.using(priority=5).aenqueue(1)  # error
+    await export_orders.aenqueue(7)  # error

@@ -1,0 +1,55 @@
+"""The entry point of a process-pool child: ``python -m django_workqueue.worker.spawned FD
+WORKER_ID VERBOSITY WORKER_PID`` (started by ``processes.Child``).
+
+It sets Django up from ``DJANGO_SETTINGS_MODULE`` before anything of the package that needs the
+app registry is imported, then serves jobs on the socket ``FD`` (``child.serve``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_worker(worker_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its worker dies (Linux).
+
+    The child's reader thread also exits when the worker's socket closes, but only when it gets
+    to run: a job stuck in C code that holds the interpreter lock would outlive its worker,
+    running a job whose lease is lapsing. Elsewhere the socket is the only way.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != worker_pid:  # the worker died before the request took effect
+        os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    # A Ctrl-C at the terminal is the worker's to handle (it drains); the child also runs in a
+    # session of its own, so a terminal's signals do not reach it in the first place.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd, worker_id, verbosity, worker_pid = int(argv[0]), argv[1], int(argv[2]), int(argv[3])
+    die_with_worker(worker_pid)
+    conn = Connection(fd)
+    import django
+
+    django.setup()
+    from ..management.commands.runworker import configure_logging
+    from .child import serve
+
+    configure_logging(verbosity)
+    serve(conn, worker_id)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
