@@ -15,29 +15,20 @@ Both databases.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
+from unittest import mock
 
 import pytest
 
-from django_workqueue import chain, operations
+from django_workqueue import chain, operations, registry
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.states import Status
-from testproject.testapp import pool_tasks
-from testproject.testapp.pool_tasks import (
-    async_pid,
-    die,
-    hang,
-    hang_without_limit,
-    overrun_cooperatively,
-    pid_of,
-    pool_work,
-    report_until_cancelled,
-    stall_first_attempt,
-)
 from testproject.testapp.tasks import add
 from tests.chaos.harness import Entry, Ledger, check_invariants
 from tests.support.database import fresh
@@ -55,6 +46,17 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 SETTINGS = ("--settings", "tests.acceptance.settings_pools")
+
+
+def import_without_registering(name: str) -> ModuleType:
+    """Import a task module for its ``Task`` objects (to enqueue with), leaving this process's
+    registry as it was: the pool tasks' queue is in the workers' settings only, and this
+    process's system checks and in-process workers must not see tasks of a queue it lacks."""
+    with mock.patch.dict(registry._registry):
+        return importlib.import_module(name)
+
+
+pool_tasks = import_without_registering("testproject.testapp.pool_tasks")
 EXC = "django_workqueue.exceptions"
 
 
@@ -144,7 +146,7 @@ def wait_gone(pids: list[int], message: str) -> None:
 def test_each_slot_runs_its_jobs_in_a_child_process_in_a_session_of_its_own(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    jobs = pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 0.05})] * 6)
+    jobs = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 0.05})] * 6)
     worker = start_pool("--concurrency", "2")
     wait_for(lambda: all_finished(*jobs), alive=[worker], message="the six jobs")
 
@@ -164,7 +166,7 @@ def test_each_slot_runs_its_jobs_in_a_child_process_in_a_session_of_its_own(
 def test_a_child_ignores_sigint_and_sigint_to_the_parent_drains(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    job = pool_work.enqueue(ledger=str(ledger), sleep=2.0)
+    job = pool_tasks.pool_work.enqueue(ledger=str(ledger), sleep=2.0)
     worker = start_pool("--concurrency", "1", env={"WORKQUEUE_GRACE": "30"})
     child = running_pid(ledger, job, worker)
 
@@ -185,8 +187,8 @@ def test_a_child_ignores_sigint_and_sigint_to_the_parent_drains(
 @pytest.mark.parametrize(
     ("task", "how", "args"),
     [
-        pytest.param(hang, "sleep", [], id="task-hard_timeout-sleeping"),
-        pytest.param(hang_without_limit, "busy", ["--hard-timeout", "1"],
+        pytest.param(pool_tasks.hang, "sleep", [], id="task-hard_timeout-sleeping"),
+        pytest.param(pool_tasks.hang_without_limit, "busy", ["--hard-timeout", "1"],
                      id="worker-hard-timeout-busy-in-C"),
     ],
 )  # fmt: skip
@@ -196,12 +198,12 @@ def test_a_hard_timeout_kills_the_hung_child_and_the_next_job_runs_in_a_fresh_on
     """``busy`` ignores SIGTERM and hangs in C code that never returns to the interpreter: no
     Python signal handler of the child runs, only SIGKILL ends it. Each attempt is charged
     (``max_attempts=2``, no backoff) and the job ends failed; the slot runs the next job."""
-    first = pool_work.enqueue(ledger=str(ledger))
+    first = pool_tasks.pool_work.enqueue(ledger=str(ledger))
     worker = start_pool("--concurrency", "1", *args)
     wait_for(lambda: all_finished(first), alive=[worker], message="the first job")
 
     hung = task.using(priority=10).enqueue(ledger=str(ledger), how=how)
-    after = pool_work.enqueue(ledger=str(ledger))
+    after = pool_tasks.pool_work.enqueue(ledger=str(ledger))
     wait_for(lambda: all_finished(hung, after), alive=[worker], timeout=60, message="both jobs")
 
     assert (hung.status, hung.attempt, hung.max_attempts) == (Status.FAILED, 2, 2)
@@ -248,7 +250,7 @@ def assert_each_ran_once(job_ids: list[int], ledger: Ledger) -> None:
 def test_max_jobs_per_child_replaces_children_under_a_stream_losing_and_repeating_nothing(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    jobs = pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 0.02})] * 16)
+    jobs = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 0.02})] * 16)
     job_ids = [job.pk for job in jobs]
     worker = start_pool("--concurrency", "2", "--max-jobs-per-child", "3")
     wait_for(lambda: all_finished(*jobs), alive=[worker], timeout=60, message="the stream")
@@ -280,7 +282,7 @@ def test_max_memory_per_child_replaces_a_child_after_the_job_that_grew_it(
         ((), {"ledger": str(ledger), "sleep": 0.02, "megabytes": 200 if n in big else 0})
         for n in range(12)
     ]
-    jobs = pool_work.enqueue_many(calls)
+    jobs = pool_tasks.pool_work.enqueue_many(calls)
     job_ids = [job.pk for job in jobs]
     big_ids = {jobs[n].pk for n in big}
     worker = start_pool("--concurrency", "2", "--max-memory-per-child", "150")
@@ -305,7 +307,7 @@ def test_max_memory_per_child_replaces_a_child_after_the_job_that_grew_it(
 def test_a_child_sigkilled_from_outside_fails_that_attempt_and_a_fresh_child_runs_the_retry(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    job = stall_first_attempt.enqueue(ledger=str(ledger))
+    job = pool_tasks.stall_first_attempt.enqueue(ledger=str(ledger))
     worker = start_pool("--concurrency", "1")
     child = running_pid(ledger, job, worker)
     assert child in {c.pid for c in children_of(worker.pid)}
@@ -330,8 +332,8 @@ def test_a_child_that_dies_every_time_ends_its_job_failed_after_max_attempts(
 ) -> None:
     """A poison pill costs one child per attempt, never the worker; the job ends ``failed``
     after its three attempts (never loops), and the slot then runs the next job."""
-    pill = die.using(priority=10).enqueue(ledger=str(ledger), how=how)
-    after = pool_work.enqueue(ledger=str(ledger))
+    pill = pool_tasks.die.using(priority=10).enqueue(ledger=str(ledger), how=how)
+    after = pool_tasks.pool_work.enqueue(ledger=str(ledger))
     worker = start_pool("--concurrency", "1")
     wait_for(lambda: all_finished(pill, after), alive=[worker], timeout=60, message="both jobs")
 
@@ -351,7 +353,7 @@ def test_a_child_that_dies_every_time_ends_its_job_failed_after_max_attempts(
 def test_sigkill_of_the_parent_ends_its_children_and_another_worker_recovers_the_job(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    job = stall_first_attempt.enqueue(ledger=str(ledger))
+    job = pool_tasks.stall_first_attempt.enqueue(ledger=str(ledger))
     a = start_pool("--concurrency", "2", name="a")
     child = running_pid(ledger, job, a)
     children = children_of(a.pid)
@@ -381,7 +383,7 @@ def test_a_child_stuck_in_c_code_exits_when_its_parent_is_sigkilled(
     """The job the process pool is for: stuck in C code that holds the interpreter lock, where
     no thread of the child can read its pipe. It must not outlive the worker (holding its
     database connection and burning a core for days)."""
-    job = hang_without_limit.enqueue(ledger=str(ledger), how="busy")
+    job = pool_tasks.hang_without_limit.enqueue(ledger=str(ledger), how="busy")
     worker = start_pool("--concurrency", "1")
     child = running_pid(ledger, job, worker)
 
@@ -397,7 +399,7 @@ def test_a_child_stuck_in_c_code_exits_when_its_parent_is_sigkilled(
 def test_progress_reports_and_cancel_job_reach_a_job_running_in_a_child(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    job = report_until_cancelled.enqueue(ledger=str(ledger))
+    job = pool_tasks.report_until_cancelled.enqueue(ledger=str(ledger))
     worker = start_pool("--concurrency", "1")
     child = running_pid(ledger, job, worker)
     wait_for(
@@ -412,7 +414,7 @@ def test_progress_reports_and_cancel_job_reach_a_job_running_in_a_child(
     assert (job.status, job.attempt) == (Status.CANCELLED, 1)
     assert start_pids(ledger, job) == [(1, child)]
     # A cooperative end: the child is not killed, and runs the slot's next job.
-    after = pool_work.enqueue(ledger=str(ledger))
+    after = pool_tasks.pool_work.enqueue(ledger=str(ledger))
     wait_for(lambda: all_finished(after), alive=[worker], message="the next job")
     assert (after.status, after.result) == (Status.SUCCEEDED, child)
 
@@ -420,8 +422,9 @@ def test_progress_reports_and_cancel_job_reach_a_job_running_in_a_child(
 def test_cooperative_timeouts_async_tasks_and_workflows_run_in_children(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    overrun = overrun_cooperatively.enqueue(ledger=str(ledger))
-    coroutine = async_pid.enqueue(7)
+    overrun = pool_tasks.overrun_cooperatively.enqueue(ledger=str(ledger))
+    coroutine = pool_tasks.async_pid.enqueue(7)
+    pid_of = pool_tasks.pid_of
     workflow = chain(pid_of.s("first"), pid_of.s()).enqueue(name="in children")
     steps = list(Job.objects.filter(workflow_id=workflow.pk).order_by("id"))
     worker = start_pool("--concurrency", "2")
@@ -454,10 +457,10 @@ def test_cooperative_timeouts_async_tasks_and_workflows_run_in_children(
 def test_sigterm_lets_the_busy_children_finish_their_jobs_and_claims_nothing_new(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    running = pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 2.0})] * 2)
+    running = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 2.0})] * 2)
     worker = start_pool("--concurrency", "2", env={"WORKQUEUE_GRACE": "30"})
     children = [running_pid(ledger, job, worker) for job in running]
-    waiting = pool_work.using(priority=-10).enqueue(ledger=str(ledger))
+    waiting = pool_tasks.pool_work.using(priority=-10).enqueue(ledger=str(ledger))
 
     worker.send(signal.SIGTERM)
 
@@ -478,7 +481,7 @@ def test_sigterm_lets_the_busy_children_finish_their_jobs_and_claims_nothing_new
 def test_past_the_grace_period_the_children_are_killed_and_their_jobs_released_uncharged(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    jobs = stall_first_attempt.enqueue_many([((), {"ledger": str(ledger)})] * 2)
+    jobs = pool_tasks.stall_first_attempt.enqueue_many([((), {"ledger": str(ledger)})] * 2)
     worker = start_pool("--concurrency", "2", env={"WORKQUEUE_GRACE": "0.2"})
     children = [running_pid(ledger, job, worker) for job in jobs]
 
@@ -533,12 +536,12 @@ def test_the_thread_pool_refuses_the_options_of_child_processes_naming_the_fix(
 def test_a_thread_pool_serving_a_task_with_a_hard_timeout_refuses_naming_the_task(
     worker_env: Callable[..., dict[str, str]], ledger: Ledger, queues: list[str]
 ) -> None:
-    job = pool_work.enqueue(ledger=str(ledger))
+    job = pool_tasks.pool_work.enqueue(ledger=str(ledger))
 
     completed = run_manage(["runworker", "--burst", *SETTINGS, *queues], worker_env())
 
-    _refused(completed, hang.name, "hard_timeout")
-    assert hang_without_limit.name not in completed.stderr  # it declares none
+    _refused(completed, pool_tasks.hang.name, "hard_timeout")
+    assert pool_tasks.hang_without_limit.name not in completed.stderr  # it declares none
     assert (fresh(job).status, job.attempt) == (Status.READY, 0)
     assert not WorkerProcess.objects.exists()
 
@@ -559,7 +562,7 @@ def test_a_thread_pool_serving_only_queues_without_hard_timeouts_runs(
 def test_a_process_pool_serving_a_task_with_a_hard_timeout_runs(
     worker_env: Callable[..., dict[str, str]], ledger: Ledger
 ) -> None:
-    job = pool_work.enqueue(ledger=str(ledger))
+    job = pool_tasks.pool_work.enqueue(ledger=str(ledger))
 
     completed = run_manage(
         ["runworker", "--burst", *SETTINGS, "--pool", "processes", "--hard-timeout", "30",
