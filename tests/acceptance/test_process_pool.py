@@ -457,7 +457,7 @@ def test_cooperative_timeouts_async_tasks_and_workflows_run_in_children(
 def test_sigterm_lets_the_busy_children_finish_their_jobs_and_claims_nothing_new(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
-    running = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 2.0})] * 2)
+    running = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 3.0})] * 2)
     worker = start_pool("--concurrency", "2", env={"WORKQUEUE_GRACE": "30"})
     children = [running_pid(ledger, job, worker) for job in running]
     waiting = pool_tasks.pool_work.using(priority=-10).enqueue(ledger=str(ledger))
