@@ -38,7 +38,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -123,19 +125,22 @@ class Child:
         if self.ready:
             return
         try:
-            if self.conn.poll(timeout):
-                message = wire.receive(self.conn)
-                if message[0] == "ready":
-                    self.ready = True
-                    return
-        except (EOFError, OSError):
-            pass
-        if self.process.poll() is None:
+            arrived = self.conn.poll(timeout)
+            if arrived and wire.receive(self.conn)[0] == "ready":
+                self.ready = True
+                return
+        except (EOFError, OSError, ValueError):
+            pass  # it closed its end: it is exiting
+        if not arrived:
             self.kill()
             raise ProcessDied(
                 f"the worker's child process (pid {self.pid}) did not start within "
                 f"{timeout:.0f}s (importing the project took too long, or it hangs at import)"
             )
+        try:
+            self.process.wait(KILL_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.kill()
         raise ProcessDied(
             f"the worker's child process (pid {self.pid}) {self.how_it_died()} before it was "
             f"ready; the worker's log above shows why (an import error in the project?)"
@@ -336,30 +341,46 @@ class ProcessSlot:
 
 
 class ProcessPool:
-    """The children of one worker: started together at its start (a project that cannot be
-    imported stops the worker there, not in its jobs), then one per slot thread."""
+    """The children of one worker, started together at its start, then one per slot thread.
+
+    The worker claims nothing until every first child has imported the project, but it does
+    not wait for them to register, beat and reap: a worker restarted after a crash recovers
+    orphaned jobs while its children start. A project the children cannot import stops the
+    worker (``failed`` says why) before it has claimed a single job.
+    """
 
     def __init__(self, limits: ChildLimits) -> None:
         require_settings_module()
         self.limits = limits
+        self.ready = threading.Event()
+        self.failed: ProcessDied | None = None
         self._spares: queue.SimpleQueue[Child] = queue.SimpleQueue()
 
-    def prestart(self, worker_id: str, count: int) -> None:
-        """Start ``count`` children and wait until each is ready; ``ProcessDied`` if one
-        cannot start (the others are stopped)."""
+    def start(self, worker_id: str, count: int, on_done: Callable[[bool], None]) -> None:
+        """Start ``count`` children; ``on_done(ok)`` is called once each is ready, or once one
+        could not start (the others are then stopped)."""
         children = [Child(worker_id, self.limits.verbosity) for _ in range(count)]
-        try:
-            for child in children:
-                child.wait_ready()
-        except ProcessDied:
-            for child in children:
-                child.kill()
-            raise
         for child in children:
             self._spares.put(child)
 
+        def wait() -> None:
+            try:
+                for child in children:
+                    child.wait_ready()
+            except ProcessDied as exc:
+                self.failed = exc
+                for child in children:
+                    child.kill()
+                on_done(False)
+                return
+            self.ready.set()
+            on_done(True)
+
+        threading.Thread(target=wait, name="workqueue-children-start", daemon=True).start()
+
     def slot(self, worker: Worker) -> ProcessSlot:
-        """The executor of a new slot thread, with a prestarted child if one is left."""
+        """The executor of a new slot thread, with a child started at the worker's start if
+        one is left."""
         try:
             child = self._spares.get_nowait()
         except queue.Empty:

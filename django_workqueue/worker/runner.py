@@ -152,8 +152,8 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``/``max_jobs``, until done); return an exit code."""
-        if self.processes is not None:  # a project the children cannot import stops us here
-            self.processes.prestart(self.id, self.pool.size)
+        if self.processes is not None:  # claims wait for them (see ProcessPool)
+            self.processes.start(self.id, self.pool.size, self._children_started)
         outer = getattr(serving, "worker", None)
         serving.worker = self  # this thread is the control thread: its connections are ours
         try:
@@ -182,6 +182,12 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming, let running jobs finish within the grace period, then return."""
         self.stopping.set()
+        self.wake.set()
+
+    def _children_started(self, ok: bool) -> None:
+        if not ok:  # the project cannot be imported in a child: nothing could run
+            logger.error("worker %s: %s", self.id, self.processes and self.processes.failed)
+            self.stop()
         self.wake.set()
 
     @property
@@ -334,6 +340,8 @@ class Worker:
         # would start only to be released at the end of the grace and run again elsewhere.
         if free <= 0 or self.stopping.is_set():
             return 0
+        if self.processes is not None and not self.processes.ready.is_set():
+            return 0  # the children are still importing the project
         if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
             return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait

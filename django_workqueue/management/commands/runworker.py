@@ -17,7 +17,6 @@ from django.db import connections
 
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
-from ...exceptions import ProcessDied
 from ...models import Job
 from ...registry import import_errors, registered_tasks
 from ...worker.connections import is_transient
@@ -248,10 +247,9 @@ class Command(BaseCommand):
         )
         if stopped.is_set():  # a signal arrived while the worker was being built
             worker.stop()
-        try:
-            worker.run()  # it logs its start line ("worker <id> started: ...") once registered
-        except ProcessDied as exc:  # a child could not import the project
-            raise CommandError(f"--pool processes: {exc}") from None
+        worker.run()  # it logs its start line ("worker <id> started: ...") once registered
+        if worker.processes is not None and worker.processes.failed is not None:
+            raise CommandError(f"--pool processes: {worker.processes.failed}")
         self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
 
 
