@@ -25,6 +25,7 @@ from . import (
     metrics,
     observability_metrics,
     pgadmin,
+    pool_metrics,
     profiling,
     report,
     workflow_metrics,
@@ -43,6 +44,7 @@ ENGINE_MEASUREMENTS = {
     **workflow_metrics.MEASUREMENTS,
     **flow_metrics.MEASUREMENTS,
     **observability_metrics.MEASUREMENTS,
+    **pool_metrics.MEASUREMENTS,
 }
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if "profile" in results:
         print("\n" + profiling.render(results["profile"]))
     quick_note = " (quick run: at these sizes the verdicts mean nothing)" if args.quick else ""
-    print(f"\nTargets of issues 3 and 8 measured in this run{quick_note}:")
+    print(f"\nTargets of issues 3, 8 and 15 measured in this run{quick_note}:")
     print(report.targets_table(results["targets"]))
     for name, error in results["errors"].items():
         print(f"\nERROR in {name}: {error.splitlines()[0]}")

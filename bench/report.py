@@ -1,4 +1,4 @@
-"""The comparison table printed at the end of a run, and the targets of issues 3 and 8."""
+"""The comparison table printed at the end of a run, and the targets of issues 3, 8 and 15."""
 
 from __future__ import annotations
 
@@ -86,6 +86,14 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "signals_cost_ratio": ("drain without receivers / with, paired", "ratio", "lower"),
     "signals_gate_ns": ("signal code per job with no receiver", "ns", "lower"),
     "signals_gate_share": ("that code's share of a job's drain time", "%", "lower"),
+    "pools_cpu_threads": ("drain of CPU-bound jobs (~20 ms each), --pool threads, best "
+                          "concurrency", "jobs/s", "higher"),
+    "pools_cpu_processes": ("the same, --pool processes, best concurrency", "jobs/s", "higher"),
+    "pools_cpu_ratio": ("CPU-bound drain: processes / threads, paired", "ratio", "higher"),
+    "pools_noop_threads": ("drain of no-ops, --pool threads, best concurrency", "jobs/s",
+                           "higher"),
+    "pools_noop_processes": ("the same, --pool processes, best concurrency", "jobs/s", "higher"),
+    "pools_noop_ratio": ("no-op drain: processes / threads, paired", "ratio", "higher"),
 }  # fmt: skip
 for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
     METRICS.update(
@@ -227,6 +235,13 @@ def _engine_targets(results: dict[str, Any]) -> list[tuple[str, float | None, fl
         ("issue 8, PostgreSQL: cancellation p95 ≤ 100 ms", _median(results, "cancel_p95", wq),
          100.0, "lower", " ms"),
     ]  # fmt: skip
+    for prefix, vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
+        rows += [
+            (f"issue 15, {vendor}: process pool drains CPU-bound jobs ≥ 1.8x the thread pool",
+             _median(results, prefix + "pools_cpu_ratio", wq), 1.8, "higher", "x"),
+            (f"issue 15, {vendor}: process pool drains no-ops ≥ 0.5x the thread pool",
+             _median(results, prefix + "pools_noop_ratio", wq), 0.5, "higher", "x"),
+        ]  # fmt: skip
     return rows
 
 

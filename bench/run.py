@@ -11,6 +11,7 @@
     python bench/run.py --metrics flow_claim  # what flow control costs a claim
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
+    python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -39,10 +40,13 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
-                  "skip_queue_latency", "signals_cost")  # fmt: skip
+                  "skip_queue_latency", "signals_cost", "pools")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
+# Left out of --quick unless named: at smoke sizes they still take tens of seconds (the pools'
+# eight drains start a worker and its children each).
+NOT_QUICK = ("pools",)
 
 SIZES = {
     "enqueue": 5_000,  # jobs per repetition of single enqueue (and of the raw INSERT)
@@ -78,6 +82,10 @@ SIZES = {
     "flow_claims": 200,  # ... and timed claims per case
     "skip_queue": 200,  # jobs enqueued with skip_queue, and as many without, one at a time
     "signals_jobs": 5_000,  # no-op jobs per drain, without and with signal receivers
+    "pools_cpu": 400,  # CPU-bound jobs per drain, thread pool against process pool ...
+    "pools_cpu_ms": 20,  # ... each about this many ms of pure-Python work (calibrated) ...
+    "pools_noop": 20_000,  # ... and no-op jobs per drain ...
+    "pools_concurrency": 16,  # ... at concurrencies up to this (CPU: 2, 4; no-op: 4, 8, 16)
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -87,6 +95,7 @@ QUICK_SIZES = {
     "idle_claims": 20, "queue_ready": 5_000, "queue_claims": 20, "cancels": 2,
     "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10, "flow_jobs": 400,
     "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
+    "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
 }  # fmt: skip
 
 
@@ -137,9 +146,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--metrics",
         type=_names(ALL_METRICS + OPTIONAL_METRICS),
-        default=list(ALL_METRICS),
         help=f"Comma-separated, from {','.join(ALL_METRICS + OPTIONAL_METRICS)} "
-        f"(default: all but profile).",
+        f"(default: all but profile; --quick also leaves out {','.join(NOT_QUICK)}).",
     )
     parser.add_argument(
         "--sizes",
@@ -179,6 +187,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--setup-only", action="store_true", help="Make bench/.venv and stop.")
     args = parser.parse_args(argv)  # fmt: skip
     quick = args.quick
+    args.metrics = args.metrics or [m for m in ALL_METRICS if not (quick and m in NOT_QUICK)]
     args.size_values = {**(QUICK_SIZES if quick else SIZES), **args.sizes}
     args.reps = args.reps or (1 if quick else 3)
     args.wq_concurrency = args.wq_concurrency or ([32] if quick else [16, 32, 64])

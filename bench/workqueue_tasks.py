@@ -10,6 +10,21 @@ def noop(key):
     stamp(key)
 
 
+def spin(iterations):
+    """Pure-Python work, no I/O and no sleep: ``iterations`` turns of an arithmetic loop (the
+    pools measurement calibrates the count to about 20 ms, ``bench/pool_metrics.py``)."""
+    total = 0
+    for n in range(iterations):
+        total += n * n % 7
+    return total
+
+
+@task(name="bench.cpu")
+def cpu(iterations):
+    """A CPU-bound job: it holds the interpreter lock for all its run."""
+    spin(iterations)
+
+
 # A 3 s lease renews every second: the heartbeat, the only path for a cancellation on SQLite
 # (and on PostgreSQL without NOTIFY), then delivers one within about a second.
 @task(name="bench.wait_for_cancel", lease_seconds=3, max_attempts=1)

@@ -50,10 +50,13 @@ class Workqueue(System):
         return [{"concurrency": k} for k in self.options.wq_concurrency]
 
     def worker_command(self, setting: dict[str, Any], *, burst: bool) -> list[str]:
-        """``runworker`` for ``setting``: its concurrency, and its queues (``"queues": None``
-        serves every queue of the settings, as ``runworker`` without ``--queues`` does)."""
+        """``runworker`` for ``setting``: its concurrency, its pool (``"pool"``: ``threads``, the
+        default, or ``processes``) and its queues (``"queues": None`` serves every queue of the
+        settings, as ``runworker`` without ``--queues`` does)."""
         command = [sys.executable, str(ROOT / "manage.py"), "runworker",
                    "--concurrency", str(setting.get("concurrency", 1))]  # fmt: skip
+        if setting.get("pool"):
+            command += ["--pool", setting["pool"]]
         queues = setting.get("queues", "default")
         command += ["--queues", queues] if queues else []
         return [*command, "--burst"] if burst else command

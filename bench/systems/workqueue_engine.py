@@ -91,6 +91,31 @@ def client_enqueue_jobs(
     return {"seconds": time.perf_counter() - started, "status": _status_of(jobs[-1].pk)}
 
 
+def client_calibrate_cpu(milliseconds: float, probe: int = 200_000, tries: int = 7) -> int:
+    """The iterations of ``workqueue_tasks.spin`` that take about ``milliseconds`` here: the
+    fastest of ``tries`` timed runs of ``probe`` iterations, scaled (so a busy moment of the
+    machine during the calibration does not shorten the jobs)."""
+    spin = _tasks().spin
+    spin(probe)  # warm up
+    fastest = min(_timed_spin(spin, probe) for _ in range(tries))
+    return max(1, round(probe * milliseconds / 1000 / fastest))
+
+
+def _timed_spin(spin: Any, iterations: int) -> float:
+    started = time.perf_counter()
+    spin(iterations)
+    return time.perf_counter() - started
+
+
+def client_enqueue_cpu_jobs(n: int, iterations: int, chunk: int = 10_000) -> dict[str, Any]:
+    """``n`` CPU-bound jobs (``bench.cpu``, ``iterations`` turns each) through ``enqueue_many``."""
+    task = _tasks().cpu
+    started = time.perf_counter()
+    for start in range(0, n, chunk):
+        task.enqueue_many([((iterations,), {}) for _ in range(start, min(n, start + chunk))])
+    return {"seconds": time.perf_counter() - started}
+
+
 def client_copy_jobs(
     n: int, delay: float = 0, priority: int = 0, queue: str = "default"
 ) -> dict[str, Any]:
