@@ -144,9 +144,11 @@ def test_runworker_metrics_address_defaults_to_loopback(monkeypatch: pytest.Monk
 
     served: list[tuple[int, str]] = []
     monkeypatch.setattr(metrics, "serve_worker_metrics", lambda *args: served.append(args))
-    monkeypatch.setattr(runworker, "Worker", mock.MagicMock(return_value=mock.MagicMock(id="w")))
+    monkeypatch.setattr(
+        runworker, "Worker", mock.MagicMock(return_value=mock.MagicMock(id="w", processes=None))
+    )
     monkeypatch.setattr(runworker.signal, "signal", lambda *args: None)  # the test's own stay
-    monkeypatch.setattr(runworker, "_configure_logging", lambda verbosity: None)
+    monkeypatch.setattr(runworker, "configure_logging", lambda verbosity: None)
 
     call_command("runworker", "--burst", "--metrics-port", "9400", stdout=io.StringIO())
     call_command(
