@@ -27,8 +27,6 @@ class RunningJob:
     started: float = field(default_factory=time.monotonic)
     timeout: float | None = None
     is_async: bool = False
-    unbegun: bool = False
-    """Claimed ahead, then given back when the worker stopped before a slot began it."""
 
 
 class LeaseKeeper:

@@ -330,8 +330,6 @@ class Worker:
                 item = self._running.get(outcome.job_id)
                 if item is not None and item.context.attempt == outcome.attempt:
                     del self._running[outcome.job_id]  # not the entry of a later attempt
-                    if item.unbegun:  # claimed ahead and given back: it did not run here
-                        continue
                 self.finished_count += 1
         return done, written
 
@@ -475,7 +473,7 @@ class Worker:
                     close_unusable_connections()
                 if child is not None and self.stopping.is_set() and self.claim_ahead:
                     # Claimed ahead and not begun: back to ready, uncharged, at once.
-                    outcome, pending, item.unbegun = released(job), True, True
+                    outcome, pending = released(job), True
                 elif child is not None:
                     outcome, pending = child.run(job, item)
                 else:

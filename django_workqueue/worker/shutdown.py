@@ -12,7 +12,6 @@ its outcome is fenced out and the job runs again, at least once as always.
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from typing import TYPE_CHECKING
 
@@ -22,11 +21,8 @@ from .. import wakeup
 from ..context import AbortReason
 from ..outcomes import Outcome, OutcomeKind
 from ..workflow import release
-from .processes import released
 
 if TYPE_CHECKING:
-    from ..db import ClaimedJob
-    from .lease import RunningJob
     from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -35,8 +31,6 @@ logger = logging.getLogger("django_workqueue.worker")
 def drain_and_stop(worker: Worker) -> None:
     """Wait up to the grace period for running jobs, release the rest, stop every thread."""
     deadline = time.monotonic() + worker.grace_seconds
-    if worker.claim_ahead:
-        give_back_claimed_ahead(worker)
     while worker.running_count and time.monotonic() < deadline:
         worker.wake.clear()
         with worker._lock:
@@ -64,37 +58,6 @@ def drain_and_stop(worker: Worker) -> None:
         logger.warning("worker %s: could not remove its registry row: %s", worker.id, exc)
     connections[worker.alias].close()
     logger.info("worker %s stopped after %s jobs", worker.id, worker.finished_count)
-
-
-def give_back_claimed_ahead(worker: Worker) -> None:
-    """Jobs a process pool claimed ahead that no slot has begun: released at once (uncharged,
-    in their place), not at the end of the grace period; they are written with the next flush.
-    A slot that takes one first (it came free meanwhile) releases it the same way."""
-    kept: list[object] = []
-    unstarted: list[tuple[ClaimedJob, RunningJob]] = []
-    while True:
-        try:
-            handed = worker._inbox.get_nowait()
-        except queue.Empty:
-            break
-        if isinstance(handed, tuple):
-            unstarted.append(handed)
-        else:  # a batch, or a slot's retirement: not ours to take
-            kept.append(handed)
-    for other in kept:
-        worker._inbox.put(other)  # type: ignore[arg-type]
-    with worker._lock:
-        for job, item in unstarted:
-            worker._executing -= 1
-            worker.pool.ended(job.queue)
-            item.context.finished = True
-            item.unbegun = True
-            worker.completer.hand_over(released(job))
-    if unstarted:
-        logger.info(
-            "worker %s: giving back %s job(s) claimed ahead and not begun",
-            worker.id, len(unstarted),
-        )  # fmt: skip
 
 
 def release_remaining(worker: Worker) -> None:

@@ -477,43 +477,8 @@ def test_sigterm_lets_the_busy_children_finish_their_jobs_and_claims_nothing_new
             Status.SUCCEEDED, 1, child, [],
         )  # fmt: skip
     waiting.refresh_from_db()
-    # Never begun: still waiting, or claimed ahead and then given back uncharged.
-    assert (waiting.status, waiting.lease_owner) == (Status.READY, None)
-    assert waiting.max_attempts - waiting.attempt == pool_tasks.pool_work.spec.max_attempts
+    assert (waiting.status, waiting.attempt, waiting.lease_owner) == (Status.READY, 0, None)
     assert not starts(ledger, waiting)
-    wait_gone(children, "the stopped worker's children to exit")
-
-
-def test_jobs_claimed_ahead_go_back_to_ready_uncharged_when_the_worker_stops(
-    start_pool: StartWorker, ledger: Ledger
-) -> None:
-    """Each slot claims one job ahead; a job that never began when the worker stops is given
-    back at once (not at the end of the grace period), in its place, its attempt not counted."""
-    running = pool_tasks.pool_work.enqueue_many([((), {"ledger": str(ledger), "sleep": 3.0})] * 2)
-    ahead = pool_tasks.pool_work.using(priority=-10).enqueue_many(
-        [((), {"ledger": str(ledger)})] * 2
-    )
-    worker = start_pool("--concurrency", "2", env={"WORKQUEUE_GRACE": "30"})
-    children = [running_pid(ledger, job, worker) for job in running]
-    wait_for(
-        lambda: all(fresh(job).status == Status.RUNNING for job in ahead), alive=[worker],
-        message="the two jobs claimed ahead",
-    )  # fmt: skip
-
-    worker.send(signal.SIGTERM)
-
-    wait_for(
-        lambda: all(fresh(job).status == Status.READY for job in ahead), alive=[worker],
-        message="the jobs claimed ahead to be given back",
-    )  # fmt: skip
-    assert all(fresh(job).status == Status.RUNNING for job in running)  # still in their grace
-    assert worker.wait() == 0
-    for job in ahead:
-        job.refresh_from_db()
-        assert (job.status, job.lease_owner, job.errors) == (Status.READY, None, [])
-        assert (job.attempt, job.max_attempts) == (1, pool_tasks.pool_work.spec.max_attempts + 1)
-        assert not starts(ledger, job)
-    assert {fresh(job).status for job in running} == {Status.SUCCEEDED}
     wait_gone(children, "the stopped worker's children to exit")
 
 
