@@ -264,7 +264,7 @@ class ProcessSlot:
                 continue
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
-                raise _Ended(released(job))
+                raise _Ended(self._released(job))
             if context.lease_lost and not (
                 # An atomic task's child records its success itself: the heartbeat may see
                 # that commit before the child's outcome arrives. Nothing to stop then.
@@ -295,7 +295,7 @@ class ProcessSlot:
             # Stopped with the worker (a service manager signals the whole group): the job
             # goes back to ready uncharged, as the shutdown gives back every unfinished job.
             logger.info("job %s: its process %s stopped with the worker", job.id, child.pid)
-            return released(job)
+            return self._released(job)
         died = ProcessDied(
             f"the process running {job.task_name} (pid {child.pid}) {how} before the job "
             f"ended (a crash in C code, the kernel's OOM killer, os._exit or a kill from "
@@ -305,6 +305,13 @@ class ProcessSlot:
 
     def _failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
         return _not_run(job, find_task(job.task_name), exc)
+
+    @staticmethod
+    def _released(job: ClaimedJob) -> Outcome:
+        return Outcome(
+            job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
+            max_attempts=job.max_attempts, task_name=job.task_name, queue=job.queue,
+        )  # fmt: skip
 
     def _replace_if_spent(self) -> None:
         child, limits = self.child, self.limits
@@ -331,14 +338,6 @@ class ProcessSlot:
             if child.process.poll() is not None:
                 child.close()
                 self._retired.remove(child)
-
-
-def released(job: ClaimedJob) -> Outcome:
-    """The outcome of a job given back to ready, uncharged, in its place."""
-    return Outcome(
-        job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
-        max_attempts=job.max_attempts, task_name=job.task_name, queue=job.queue,
-    )  # fmt: skip
 
 
 class ProcessPool:

@@ -53,7 +53,7 @@ from .connections import (
 )
 from .execution import load_middlewares, run
 from .lease import LeaseKeeper, RunningJob
-from .processes import ChildLimits, ProcessPool, released
+from .processes import ChildLimits, ProcessPool
 from .registration import Registration
 from .slots import SlotPool, scale
 
@@ -146,11 +146,6 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
-        # A process pool claims one job ahead per slot (a shared pool, not per-queue budgets):
-        # a child then starts its next job as soon as it hands back an outcome, instead of idling
-        # through the control thread's next write and claim. Jobs waiting in the inbox are
-        # leased like running ones, and are given back at once if the worker stops first.
-        self.claim_ahead = self.processes is not None and not queue_slots
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -337,7 +332,7 @@ class Worker:
         with self._lock:
             running_before = len(self._running)
             executing = self._executing
-        free = self.concurrency * (2 if self.claim_ahead else 1) - executing
+        free = self.concurrency - executing
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
         self._drained = False
@@ -466,15 +461,11 @@ class Worker:
             job, item = handed
             outcome: Outcome | None = None
             pending = False
-            item.started = time.monotonic()  # a job claimed ahead waited in the inbox till now
             try:
                 if generation != self._db_generation:  # the database restarted or dropped us
                     generation = self._db_generation
                     close_unusable_connections()
-                if child is not None and self.stopping.is_set() and self.claim_ahead:
-                    # Claimed ahead and not begun: back to ready, uncharged, at once.
-                    outcome, pending = released(job), True
-                elif child is not None:
+                if child is not None:
                     outcome, pending = child.run(job, item)
                 else:
                     if item.is_async:
