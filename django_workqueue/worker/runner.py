@@ -146,6 +146,14 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
+        # A pass's steps. A process pool claims before it writes the outcomes: a child that
+        # handed back an outcome idles until its slot gets a job, and that wait is one round
+        # trip instead of two (the write, then the claim). Threads share one core: no gain.
+        work = (
+            (self._fill, self._flush) if self.processes is not None else (self._flush, self._fill)
+        )
+        self._steps = (self._ensure_session, self._heartbeat, self._write_progress, work[0],
+                       self._maintain, work[1], self._scale)  # fmt: skip
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -233,8 +241,7 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        steps = (self._ensure_session, self._heartbeat, self._write_progress, self._flush,
-                 self._maintain, self._fill, self._scale)  # fmt: skip
+        steps = self._steps
         for step in steps:
             try:
                 result = step()
