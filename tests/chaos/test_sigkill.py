@@ -44,6 +44,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.acceptance, pytest.mark.django_db(t
 
 WORKERS = size(2, 4)
 SLOTS = size(4, 8)
+# A process-pool worker starts one interpreter per slot, and every restart starts them all again:
+# as many slots as the machine's two cores, so that a restart does not cost more than a kill does.
+PROCESS_SLOTS = 2
 JOBS = size(400, 10_000)
 KILLS = size(5, 100)
 SLEEP = size(0.04, 0.15)  # seconds of work per job, so that kills find busy workers
@@ -66,12 +69,16 @@ def enqueue(ledger: Ledger) -> list[int]:
     return [job.pk for job in atomic + plain]
 
 
+def slots_for(pool: str) -> int:
+    return SLOTS if pool == "threads" else PROCESS_SLOTS
+
+
 def run(
     start_worker: StartWorker, ledger: Ledger, kills: int, seed: int, pace: float, pool: str
 ) -> dict:
     """Drain a fresh batch while killing ``kills`` busy workers, one every ``pace`` seconds."""
     rng = random.Random(seed)
-    args = ["--concurrency", str(SLOTS), "--pool", pool]
+    args = ["--concurrency", str(slots_for(pool)), "--pool", pool]
     supervisor = Supervisor(start_worker, WORKERS, args, name=f"{pool[0]}k{kills}-")
     supervisor.wait_started()
     job_ids = enqueue(ledger)
@@ -158,7 +165,7 @@ def test_random_sigkills_lose_nothing(start_worker: StartWorker, tmp_path: Path,
         "sigkill",
         pool=pool,
         workers=WORKERS,
-        slots=SLOTS,
+        slots=slots_for(pool),
         clean=clean,
         faulted=faulted,
         slowdown=round(slowdown, 2),
