@@ -215,33 +215,53 @@ class PostgresDriver(Driver):
             params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
         else:
             params["batch"] = job.batch(payloads, keys)
-        with self._cursor() as cursor:
-            cursor.execute(sql, params)
-            ids, written, run_after, enqueued_at, deadline, status, window, _ = cursor.fetchone()
+        ids, written, run_after, enqueued_at, deadline, status, window, _ = self._fetchone(
+            sql, params
+        )
         return Inserted(
             ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
             status=status, unique_window=window,
             positions=None if keys is None else inserted_positions(keys, written or []),
         )  # fmt: skip
 
-    def _cursor(self) -> Any:
-        """A cursor of this thread's connection for the enqueue statements: with
-        ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) one that binds its parameters on
-        the server and runs each statement prepared, so the server parses and plans it once
-        per connection instead of on every call; otherwise Django's own cursor (client-side
-        binding). Either way it is Django's cursor wrapper: the statement joins the open
-        transaction, errors are Django's, and it is logged and instrumented like any query."""
+    def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
+        """Run an enqueue statement on this thread's connection and return its first row:
+        with ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
+        parameters on the server and runs each statement prepared, so the server parses and
+        plans it once per connection instead of on every call; otherwise on Django's own
+        cursor (client-side binding). Either way through Django's cursor wrapper: the
+        statement joins the open transaction, errors are Django's, and it is logged and
+        instrumented (``execute_wrapper``) like any query."""
         from ..conf import workqueue_settings as conf
 
         db = self.connection
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
-            return db.cursor()
+            with db.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone()
+        db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
         db.ensure_connection()
         db.validate_thread_sharing()
         with db.wrap_database_errors:
+            cursor = self._prepared_cursor(db)
+        wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        wrapper.execute(sql, params)
+        return wrapper.fetchone()
+
+    @staticmethod
+    def _prepared_cursor(db: Any) -> Any:
+        """The prepared-statement cursor of ``db``'s current psycopg connection: made once per
+        connection and kept on the wrapper (a thread's own), since making one costs about as
+        much Python as the statement it runs."""
+        cursor, timezone = getattr(db, "_workqueue_prepared_cursor", (None, None))
+        if (
+            cursor is None
+            or cursor.connection is not db.connection
+            or cursor.closed
+            or timezone != db.timezone  # TIME_ZONE changed (override_settings)
+        ):
             cursor = _PreparedCursor(db.connection)
-            cursor.logged = db.queries_logged
-            # As Django's create_cursor: the connection's time zone, if it changed since.
+            # As Django's create_cursor: the connection's time zone, if it differs.
             from django.db.backends.postgresql.psycopg_any import register_tzloader
             from psycopg.postgres import types
             from psycopg.pq import Format
@@ -249,7 +269,9 @@ class PostgresDriver(Driver):
             oid = types["timestamptz"].oid
             if db.timezone != db.connection.adapters.get_loader(oid, Format.TEXT).timezone:
                 register_tzloader(db.timezone, cursor)
-        return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+            db._workqueue_prepared_cursor = (cursor, db.timezone)
+        cursor.logged = db.queries_logged
+        return cursor
 
     def replace_waiting(self, job: NewJob, key: str, payload: tuple[str, str]) -> int | None:
         # Row-locking UPDATE: a claim that locked the row first makes this wait, then see the
@@ -271,9 +293,7 @@ class PostgresDriver(Driver):
         params["key"] = key
         params["args"], params["kwargs"] = payload
         params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
-        with self._cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+        row = self._fetchone(sql, params)
         return None if row is None else row[0]
 
     def claim(

@@ -93,3 +93,22 @@ def test_a_prepared_insert_is_logged_with_its_values():
     [insert] = [q["sql"] for q in queries.captured_queries if "INSERT INTO" in q["sql"]]
     assert "'testproject.testapp.tasks.add'" in insert
     assert "$1" not in insert
+
+
+def test_enqueue_prepares_again_on_a_new_connection():
+    add.enqueue(1, 2)
+    connection.close()
+    add.enqueue(3, 4)
+    [(generic, custom)] = prepared_inserts()
+    assert generic + custom == 1
+    assert Job.objects.count() == 2
+
+
+def test_enqueue_prepares_again_after_a_rollback_forgot_the_statements():
+    add.enqueue(1, 2)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.enqueue(3, 4)
+        raise RuntimeError("roll back")  # psycopg deallocates what it prepared
+    add.enqueue(5, 6)
+    assert sorted(job.args for job in Job.objects.all()) == [[1, 2], [5, 6]]
+    assert len(prepared_inserts()) == 1
