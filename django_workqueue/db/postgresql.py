@@ -48,7 +48,7 @@ logger = logging.getLogger("django_workqueue.db")
 
 
 def _prepared_cursor_class() -> Any:
-    """The cursor class of ``PostgresDriver._cursor``; None without psycopg 3 (Django also
+    """The cursor class of ``PostgresDriver._fetchone``; None without psycopg 3 (Django also
     runs on psycopg2, which cannot bind on the server)."""
     try:
         from django.db.backends.postgresql import base
@@ -148,6 +148,10 @@ class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
 
+    def __init__(self, alias: str) -> None:
+        super().__init__(alias)
+        self._insert_sql: dict[tuple[bool, bool], str] = {}
+
     def insert(
         self,
         job: NewJob,
@@ -159,8 +163,35 @@ class PostgresDriver(Driver):
         # statement, one round trip, any number of jobs; the same statement sends the NOTIFY,
         # which PostgreSQL delivers at commit, folding duplicates. Every parameter is cast, so
         # that the statement has one shape whatever the values (it is prepared once per
-        # connection, see ``_cursor``).
+        # connection, see ``_fetchone``).
         single = not isinstance(payloads, Encoded) and len(payloads) == 1
+        shape = (single, keys is not None)
+        sql = self._insert_sql.get(shape)
+        if sql is None:
+            sql = self._insert_sql[shape] = self._insert_statement(single, keys is not None)
+        params = job.params(datetime.isoformat)
+        params["channel"] = CHANNEL
+        if isinstance(payloads, Encoded):
+            params["batch"] = payloads.text
+        elif single:
+            params["args"], params["kwargs"] = payloads[0]
+            params["key"] = None if keys is None else keys[0]
+            params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
+        else:
+            params["batch"] = job.batch(payloads, keys)
+        ids, written, run_after, enqueued_at, deadline, status, window, _ = self._fetchone(
+            sql, params
+        )
+        return Inserted(
+            ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
+            status=status, unique_window=window,
+            positions=None if keys is None else inserted_positions(keys, written or []),
+        )  # fmt: skip
+
+    def _insert_statement(self, single: bool, keyed: bool) -> str:
+        """The insert of ``insert``: one row given as plain parameters (``single``) or a
+        batch in one jsonb parameter; ``keyed``: rows meeting a unique key are skipped. Built
+        once per shape: the same text every call, as a prepared statement needs."""
         if single:  # the common single enqueue: no batch to unpack
             rows = (
                 "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, %(key)s::text, %(fkey)s::text, 1)) "
@@ -174,11 +205,11 @@ class PostgresDriver(Driver):
         # With per-row keys a conflict skips the row (any unique constraint: the active key or
         # the unique_for window); a concurrent insert of the same key is waited for, then
         # skipped if it committed. The caller finds the holders.
-        on_conflict = "" if keys is None else "ON CONFLICT DO NOTHING "
+        on_conflict = "ON CONFLICT DO NOTHING " if keyed else ""
         # The job is scheduled when its run_after is later than the clock: claims never see it
         # until the promoter makes it ready. A unique_for window starts at a multiple of its
         # length on the database's clock (epoch seconds), so every session agrees on it.
-        sql = (
+        return (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, unique_window, run_after, deadline, "
             f"args, kwargs, status, attempt, errors, progress_message, workflow_id, waiting_on, "
@@ -205,24 +236,6 @@ class PostgresDriver(Driver):
             f"min(run_after), min(enqueued_at), min(deadline), min(status), "
             f"min(unique_window), (SELECT count(*) FROM notified) FROM inserted"
         )
-        params = job.params(datetime.isoformat)
-        params["channel"] = CHANNEL
-        if isinstance(payloads, Encoded):
-            params["batch"] = payloads.text
-        elif single:
-            params["args"], params["kwargs"] = payloads[0]
-            params["key"] = None if keys is None else keys[0]
-            params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
-        else:
-            params["batch"] = job.batch(payloads, keys)
-        ids, written, run_after, enqueued_at, deadline, status, window, _ = self._fetchone(
-            sql, params
-        )
-        return Inserted(
-            ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
-            status=status, unique_window=window,
-            positions=None if keys is None else inserted_positions(keys, written or []),
-        )  # fmt: skip
 
     def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
         """Run an enqueue statement on this thread's connection and return its first row:
