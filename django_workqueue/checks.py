@@ -94,6 +94,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    if not isinstance(conf.PREPARED_STATEMENTS, bool):
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['PREPARED_STATEMENTS'] must be True or False, "
+                f"got {conf.PREPARED_STATEMENTS!r}.",
+                hint="False when the jobs database goes through a pooler that cannot keep "
+                "prepared statements (PgBouncer before 1.21, or without max_prepared_statements).",
+                id="django_workqueue.E002",
+            )
+        )
     if not isinstance(conf.CLI_REQUIRE_USER, bool):
         errors.append(
             checks.Error(

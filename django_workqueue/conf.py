@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     # A DSN for the LISTEN connection when the jobs database goes through a pooler that drops
     # NOTIFY (PgBouncer in transaction mode). None: the jobs database's own settings.
     "LISTEN_DSN": None,
+    # On PostgreSQL, run the enqueue statements as server-side prepared statements (parsed and
+    # planned once per connection). PgBouncer in transaction mode needs 1.21 or later with
+    # max_prepared_statements set; False for older poolers (docs/guides/deployment.md).
+    "PREPARED_STATEMENTS": True,
     # Exponential backoff for retries: base * 2 ** (attempt - 1) seconds, capped, with jitter.
     "RETRY_BACKOFF_BASE": 2.0,
     "RETRY_BACKOFF_MAX": 3600.0,

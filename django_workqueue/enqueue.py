@@ -13,19 +13,22 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Q
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from . import payload, signals, wakeup
 from .conf import workqueue_settings as conf
-from .db import NewJob, driver_for
+from .db import Encoded, NewJob, driver_for
 from .exceptions import (
+    InvalidArguments,
     InvalidOption,
     InvalidPriority,
     NaiveDatetime,
@@ -67,6 +70,10 @@ def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
             f"{task.name}.enqueue_many() cannot share one unique_key among many jobs; "
             f"give each item its own as a third element: (args, kwargs, unique_key)"
         )
+    calls = calls if isinstance(calls, list | tuple) else list(calls)
+    batch = _plain_batch(task, template, calls)
+    if batch is not None:
+        return _enqueue(template, batch, None) if batch.arguments else []
     encoded, keys = [], []
     for index, call in enumerate(calls):
         owner = f"{task.name} item {index}"
@@ -102,13 +109,84 @@ def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
     return _enqueue(template, encoded, keys if unique else None)
 
 
-def _enqueue(template: NewJob, calls: list[Call], keys: list[str | None] | None) -> list[Job]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """The jobs of an ``enqueue_many`` call validated and encoded together: no keys, no flow
+    keys, arguments of plain JSON scalars."""
+
+    arguments: list[tuple[list[Any], dict[str, Any]]]
+    encoded: Encoded
+
+
+# What the batch path takes as a job's argument without looking inside (exact types: a
+# subclass may encode otherwise); the encoder refuses NaN, infinities and integers too long.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_batch(task: Task, template: NewJob, calls: Sequence[Any]) -> Batch | None:
+    """``enqueue_many``'s common case at a fraction of the per-item path's cost: every item an
+    (args, kwargs) pair (or with a None key) of JSON scalars that fits the task's parameters,
+    for a task without unique keys, flow control or skip_queue; the arguments of all the jobs
+    encoded by one call of the JSON encoder, and checked against the size limit and the
+    characters the database refuses all at once. None when anything is unusual: the
+    per-item path then validates every item, raising exactly what it always raises."""
+    spec = task.spec
+    if (
+        spec.unique_on is not None
+        or template.unique_for is not None
+        or task.options.skip_queue
+        or is_flow_task(spec)
+    ):
+        return None
+    arity = spec.positional_arity
+    fewest, most = arity if arity is not None else (1, 0)  # no shortcut: check each call
+    scalars = _SCALARS
+    arguments = []
+    for call in calls:
+        if type(call) is not tuple and type(call) is not list:
+            return None
+        size = len(call)
+        if size != 2 and (size != 3 or call[2] is not None):
+            return None
+        args, kwargs = call[0], call[1]
+        if (type(args) is not tuple and type(args) is not list) or type(kwargs) is not dict:
+            return None
+        args = list(args)
+        for value in args:
+            if type(value) not in scalars:
+                return None
+        if kwargs:
+            kwargs = dict(kwargs)
+            for name, value in kwargs.items():
+                if type(name) is not str or type(value) not in scalars:
+                    return None
+        else:
+            kwargs = {}
+        if kwargs or not fewest <= len(args) <= most:
+            try:
+                spec.check_arguments(args, kwargs)
+            except InvalidArguments:
+                return None
+        arguments.append((args, kwargs))
+    try:
+        text = payload.encode_scalars(arguments)
+    except ValueError:  # NaN, an infinity, an integer too long to write
+        return None
+    # Each job's arguments are shorter than all of them; characters are bytes in ASCII text.
+    if "\\u0000" in text or not text.isascii() or len(text) > conf.MAX_PAYLOAD_BYTES:
+        return None
+    return Batch(arguments, Encoded(text, len(arguments)))
+
+
+def _enqueue(
+    template: NewJob, calls: list[Call] | Batch, keys: list[str | None] | None
+) -> list[Job]:
     alias = conf.DATABASE
     if alias != DEFAULT_DB_ALIAS and connections[DEFAULT_DB_ALIAS].in_atomic_block:
         # The caller writes to another database inside a transaction of its own: insert when
         # (and only if) that transaction commits. The jobs get their ids then (a duplicate
         # its holder's).
-        jobs = [_unsaved(template, call) for call in calls]
+        jobs = [_unsaved(template, args, kwargs) for args, kwargs in _arguments(calls)]
         transaction.on_commit(
             functools.partial(_insert, template, calls, keys, alias, jobs), DEFAULT_DB_ALIAS
         )
@@ -251,13 +329,19 @@ def derived_key(task: Task, template: NewJob, call: Call, owner: str) -> str | N
     return key
 
 
-def _unsaved(template: NewJob, call: Call) -> Job:
+def _arguments(calls: list[Call] | Batch) -> list[tuple[list[Any], dict[str, Any]]]:
+    if isinstance(calls, Batch):
+        return calls.arguments
+    return [(call.args, call.kwargs) for call in calls]
+
+
+def _unsaved(template: NewJob, args: list[Any], kwargs: dict[str, Any]) -> Job:
     job = Job(
         task_name=template.task_name,
         queue=template.queue,
         priority=template.priority,
-        args=call.args,
-        kwargs=call.kwargs,
+        args=args,
+        kwargs=kwargs,
         status=Status.READY,
         max_attempts=template.max_attempts,
         lease_seconds=template.lease_seconds,
@@ -272,7 +356,7 @@ def _unsaved(template: NewJob, call: Call) -> Job:
 
 def _insert(
     template: NewJob,
-    calls: list[Call],
+    calls: list[Call] | Batch,
     keys: list[str | None] | None,
     alias: str,
     unsaved: list[Job] | None = None,
@@ -281,10 +365,15 @@ def _insert(
     """Insert the jobs; with unique keys, each row that met a holder gets it (or, with
     on_conflict="replace", the waiting holder it updated) marked ``duplicate``."""
     driver = driver_for(alias)
-    payloads = [(call.args_json, call.kwargs_json) for call in calls]
+    arguments = _arguments(calls)
+    payloads: list[tuple[str, str]] | Encoded
+    if isinstance(calls, Batch):
+        payloads = calls.encoded
+    else:
+        payloads = [(call.args_json, call.kwargs_json) for call in calls]
     rows = driver.insert(template, payloads, keys)
-    written = list(range(len(calls))) if rows.positions is None else rows.positions
-    jobs: list[Job | None] = [None] * len(calls)
+    written = list(range(len(arguments))) if rows.positions is None else rows.positions
+    jobs: list[Job | None] = [None] * len(arguments)
     if written:
         transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
         signals.enqueued(alias, template.task_name, template.queue, rows.ids)
@@ -296,15 +385,23 @@ def _insert(
             status=rows.status, unique_window=rows.unique_window,
         )  # fmt: skip
         flows = template.flow_keys
-        for position, pk in zip(written, rows.ids, strict=True):
-            own = {
-                "unique_key": template.unique_key if keys is None else keys[position],
-                "flow_key": None if flows is None else flows[position],
-            }
-            jobs[position] = _saved(alias, {**shared, **own}, calls[position], pk)
+        build = _builder(alias)
+        if keys is None and flows is None:  # every row alike but for its id and arguments
+            shared.update(unique_key=template.unique_key, flow_key=None)
+            for position, pk in zip(written, rows.ids, strict=True):
+                args, kwargs = arguments[position]
+                jobs[position] = build(shared, pk, args, kwargs)
+        else:
+            for position, pk in zip(written, rows.ids, strict=True):
+                own = {
+                    "unique_key": template.unique_key if keys is None else keys[position],
+                    "flow_key": None if flows is None else flows[position],
+                }
+                args, kwargs = arguments[position]
+                jobs[position] = build({**shared, **own}, pk, args, kwargs)
     skipped = [position for position, job in enumerate(jobs) if job is None]
     if skipped:
-        assert keys is not None  # only rows with keys are ever skipped
+        assert keys is not None and not isinstance(calls, Batch)  # only keyed rows are skipped
         holders = _holders(driver, template, calls, keys, skipped, alias)
         missing = [position for position in skipped if keys[position] not in holders]
         if missing:  # their holders finished between the insert and the read: insert again
@@ -387,12 +484,31 @@ def _holders(
     return holders
 
 
-def _saved(alias: str, shared: dict[str, Any], call: Call, pk: int) -> Job:
-    """The inserted job as a model instance, built the way Django builds rows it reads."""
-    values = {**shared, "id": pk, "args": call.args, "kwargs": call.kwargs, "errors": []}
-    job = Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
-    job.duplicate = False  # type: ignore[attr-defined]
-    return job
+def _builder(alias: str) -> Callable[[dict[str, Any], int, list[Any], dict[str, Any]], Job]:
+    """How to make the inserted jobs' model instances: as ``Model.from_db`` makes the rows
+    Django reads (every field set, ``_state`` saved in ``alias``). When nothing listens to
+    ``Job``'s ``pre_init``/``post_init`` signals, the same instance is made without running
+    ``Model.__init__`` (a tenth of its cost, which dominates a large ``enqueue_many``)."""
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+
+        def saved(shared: dict[str, Any], pk: int, args: list[Any], kwargs: dict[str, Any]) -> Job:
+            values = {**shared, "id": pk, "args": args, "kwargs": kwargs, "errors": []}
+            job = Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+            job.duplicate = False  # type: ignore[attr-defined]
+            return job
+
+        return saved
+    new = Job.__new__
+
+    def built(shared: dict[str, Any], pk: int, args: list[Any], kwargs: dict[str, Any]) -> Job:
+        job = new(Job)
+        state = ModelState()
+        state.adding, state.db = False, alias
+        job.__dict__.update(shared, id=pk, args=args, kwargs=kwargs, errors=[], _state=state,
+                            duplicate=False)  # fmt: skip
+        return job
+
+    return built
 
 
 _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]

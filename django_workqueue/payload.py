@@ -74,6 +74,13 @@ _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
+def encode_scalars(value: Any) -> str:
+    """JSON of ``value``, whose types the caller checked (lists, tuples and str-keyed dicts of
+    JSON scalars), in the form ``encode`` writes; ``ValueError`` for NaN, an infinity or an
+    integer too long to write as text. The caller screens the text as ``_storable`` does."""
+    return _encoder.encode(value)
+
+
 def _is_flat(value: Any) -> bool:
     """True for the common case the walk need not inspect: a list or str-keyed dict of
     strings, ints, bools and None (exact types: subclasses may not round-trip)."""

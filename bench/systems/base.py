@@ -99,12 +99,20 @@ class System:
         """(variant name, worker setting, extra env) for each pickup-latency measurement."""
         return [("", self.drain_settings()[0], {})]
 
-    def client(self, action: str, timeout: float = 1800, **kwargs: Any) -> Any:
-        """Run one client action in a fresh process and return what it printed as its result."""
+    def client(
+        self,
+        action: str,
+        timeout: float = 1800,
+        env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run one client action in a fresh process and return what it printed as its result;
+        ``env`` adds to the process's environment (e.g. ``PGOPTIONS`` for its sessions)."""
         command = [sys.executable, "-m", "bench.client", self.name, action, json.dumps(kwargs)]
         done = subprocess.run(
-            command, env=self.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout
-        )
+            command, env=self.env(**(env or {})), cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
         results = [
             line[len(RESULT_PREFIX) :]
             for line in done.stdout.splitlines()

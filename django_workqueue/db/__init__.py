@@ -9,6 +9,7 @@ from .base import (
     ClaimedJob,
     CountedDown,
     Driver,
+    Encoded,
     Ended,
     Expired,
     FlowGroup,
@@ -21,7 +22,7 @@ from .base import (
 )
 
 __all__ = [
-    "ClaimedJob", "CountedDown", "Driver", "Ended", "Expired", "FlowGroup", "FlowPick",
+    "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowPick",
     "Inserted", "NewJob", "Outcome",
     "OutcomeKind",
     "Progress", "Recorded", "Timing", "driver_class", "driver_for",

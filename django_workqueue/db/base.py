@@ -91,6 +91,15 @@ class NewJob:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Encoded:
+    """The arguments of a batch of jobs encoded together, as ``NewJob.batch`` would encode
+    rows without keys or flow keys: ``[[args, kwargs], ...]`` in one JSON text."""
+
+    text: str
+    count: int
+
+
 def inserted_positions(
     keys: Sequence[str | None], inserted_keys: Sequence[str | None]
 ) -> list[int]:
@@ -369,10 +378,11 @@ class Driver(abc.ABC):
     def insert(
         self,
         job: NewJob,
-        payloads: Sequence[tuple[str, str]],
+        payloads: Sequence[tuple[str, str]] | Encoded,
         keys: Sequence[str | None] | None = None,
     ) -> Inserted:
-        """Insert one job per (args JSON, kwargs JSON) with one statement on the current
+        """Insert one job per (args JSON, kwargs JSON) (or per row of ``Encoded``, whose jobs
+        have neither keys nor flow keys) with one statement on the current
         transaction, ``scheduled`` if its run_after is later than the database's clock and
         ``ready`` otherwise, and notify the queue. The ids come back in the order given.
 

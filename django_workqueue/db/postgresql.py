@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.checks import CheckMessage
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
@@ -30,6 +31,7 @@ from .base import (
     ClaimedJob,
     CountedDown,
     Driver,
+    Encoded,
     Ended,
     FlowGroup,
     FlowPick,
@@ -43,6 +45,69 @@ from .base import (
 )
 
 logger = logging.getLogger("django_workqueue.db")
+
+
+def _prepared_cursor_class() -> Any:
+    """The cursor class of ``PostgresDriver._fetchone``; None without psycopg 3 (Django also
+    runs on psycopg2, which cannot bind on the server)."""
+    try:
+        from django.db.backends.postgresql import base
+        from psycopg import ClientCursor
+        from psycopg.types.numeric import Int8
+
+        server_binding: Any = base.ServerBindingCursor
+    except (ImportError, ImproperlyConfigured):  # pragma: no cover - psycopg2, or no driver
+        return None
+
+    class PreparedCursor(server_binding):
+        """Runs every statement as a server-side prepared statement (psycopg's
+        ``prepare=True``), kept per connection by its text and parameter types.
+
+        Django opens its connections with ``prepare_threshold=None`` (psycopg then prepares
+        nothing, even when asked); while this cursor executes, the threshold is one no other
+        statement reaches by repetition, so only the statements run here are prepared. The
+        connection's other cursors (Django's client-side binding) never prepare.
+
+        ``logged``: Django logs the statement (``DEBUG``, ``CaptureQueriesContext``), reading
+        its text from ``_query``, which psycopg leaves empty after a prepared execution: it
+        then gets the statement with its values, as a client-side cursor would have sent it.
+        """
+
+        logged = False
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            given = params
+            if isinstance(params, Mapping):
+                # psycopg sends an int as the smallest type that holds it, and a prepared
+                # statement is kept per parameter types: one type for every int, one statement.
+                params = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
+            connection = self.connection
+            threshold = connection.prepare_threshold
+            if threshold is None:
+                connection.prepare_threshold = _NEVER_BY_COUNT
+            try:
+                result = super().execute(query, params, prepare=True, **kwargs)
+            finally:
+                connection.prepare_threshold = threshold
+            if self.logged:
+                self._query = _Logged(ClientCursor(connection).mogrify(query, given).encode())
+            return result
+
+    return PreparedCursor
+
+
+class _Logged:
+    """What Django's ``last_executed_query`` reads of a psycopg cursor's ``_query``."""
+
+    __slots__ = ("query",)
+
+    def __init__(self, query: bytes) -> None:
+        self.query = query
+
+
+# A prepare threshold no statement reaches by repetition.
+_NEVER_BY_COUNT = 2**62
+_PreparedCursor: Any = _prepared_cursor_class()
 
 CHANNEL = "django_workqueue"  # payload: a queue with new ready jobs
 ABORT_CHANNEL = "django_workqueue_abort"  # payload: "<job id>:<abort reason>"
@@ -83,17 +148,51 @@ class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
 
+    def __init__(self, alias: str) -> None:
+        super().__init__(alias)
+        self._insert_sql: dict[tuple[bool, bool], str] = {}
+
     def insert(
         self,
         job: NewJob,
-        payloads: Sequence[tuple[str, str]],
+        payloads: Sequence[tuple[str, str]] | Encoded,
         keys: Sequence[str | None] | None = None,
     ) -> Inserted:
         # The jobs' own values are one jsonb parameter unpacked into rows (their arguments
         # embedded as already-encoded JSON); what they share is plain parameters. One
         # statement, one round trip, any number of jobs; the same statement sends the NOTIFY,
-        # which PostgreSQL delivers at commit, folding duplicates.
-        if len(payloads) == 1:  # the common single enqueue: no batch to unpack
+        # which PostgreSQL delivers at commit, folding duplicates. Every parameter is cast, so
+        # that the statement has one shape whatever the values (it is prepared once per
+        # connection, see ``_fetchone``).
+        single = not isinstance(payloads, Encoded) and len(payloads) == 1
+        shape = (single, keys is not None)
+        sql = self._insert_sql.get(shape)
+        if sql is None:
+            sql = self._insert_sql[shape] = self._insert_statement(single, keys is not None)
+        params = job.params(datetime.isoformat)
+        params["channel"] = CHANNEL
+        if isinstance(payloads, Encoded):
+            params["batch"] = payloads.text
+        elif single:
+            params["args"], params["kwargs"] = payloads[0]
+            params["key"] = None if keys is None else keys[0]
+            params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
+        else:
+            params["batch"] = job.batch(payloads, keys)
+        ids, written, run_after, enqueued_at, deadline, status, window, _ = self._fetchone(
+            sql, params
+        )
+        return Inserted(
+            ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
+            status=status, unique_window=window,
+            positions=None if keys is None else inserted_positions(keys, written or []),
+        )  # fmt: skip
+
+    def _insert_statement(self, single: bool, keyed: bool) -> str:
+        """The insert of ``insert``: one row given as plain parameters (``single``) or a
+        batch in one jsonb parameter; ``keyed``: rows meeting a unique key are skipped. Built
+        once per shape: the same text every call, as a prepared statement needs."""
+        if single:  # the common single enqueue: no batch to unpack
             rows = (
                 "(VALUES (%(args)s::jsonb, %(kwargs)s::jsonb, %(key)s::text, %(fkey)s::text, 1)) "
                 "AS b(args, kwargs, key, fkey, n)"
@@ -106,52 +205,86 @@ class PostgresDriver(Driver):
         # With per-row keys a conflict skips the row (any unique constraint: the active key or
         # the unique_for window); a concurrent insert of the same key is waited for, then
         # skipped if it committed. The caller finds the holders.
-        on_conflict = "" if keys is None else "ON CONFLICT DO NOTHING "
+        on_conflict = "ON CONFLICT DO NOTHING " if keyed else ""
         # The job is scheduled when its run_after is later than the clock: claims never see it
         # until the promoter makes it ready. A unique_for window starts at a multiple of its
         # length on the database's clock (epoch seconds), so every session agrees on it.
-        sql = (
+        return (
             f"WITH inserted AS (INSERT INTO {self.table} (task_name, queue, priority, "
             f"max_attempts, lease_seconds, unique_key, unique_window, run_after, deadline, "
             f"args, kwargs, status, attempt, errors, progress_message, workflow_id, waiting_on, "
             f"prerequisites_succeeded, run_condition, input_shape, flow_key) "
-            f"SELECT %(task_name)s, %(queue)s, %(priority)s, %(max_attempts)s, "
-            f"%(lease_seconds)s, COALESCE(b.key, %(unique_key)s), "
+            f"SELECT %(task_name)s::text, %(queue)s::text, %(priority)s::int, "
+            f"%(max_attempts)s::int, %(lease_seconds)s::int, "
+            f"COALESCE(b.key, %(unique_key)s::text), "
             f"to_timestamp(floor(extract(epoch FROM {CLOCK}) / %(unique_for)s::int) "
             f"  * %(unique_for)s::int), t.run_after, "
             f"COALESCE(%(deadline_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(deadline_in)s::float8)), "
             f"b.args, b.kwargs, "
-            f"CASE WHEN %(waiting_on)s > 0 THEN 'blocked' "
+            f"CASE WHEN %(waiting_on)s::int > 0 THEN 'blocked' "
             f"  WHEN t.run_after > {CLOCK} THEN 'scheduled' ELSE 'ready' END, "
-            f"0, '[]'::jsonb, '', %(workflow_id)s, %(waiting_on)s, 0, %(run_condition)s, "
-            f"%(input_shape)s::jsonb, b.fkey "
+            f"0, '[]'::jsonb, '', %(workflow_id)s::bigint, %(waiting_on)s::int, 0, "
+            f"%(run_condition)s::text, %(input_shape)s::jsonb, b.fkey "
             f"FROM {rows} CROSS JOIN (SELECT COALESCE(%(run_at)s::timestamptz, "
             f"  {CLOCK} + make_interval(secs => %(delay)s::float8)) AS run_after) AS t "
             f"ORDER BY b.n {on_conflict}"
             f"RETURNING id, unique_key, run_after, enqueued_at, deadline, status, "
             f"unique_window), "
-            f"notified AS (SELECT pg_notify(%(channel)s, %(queue)s)) "
+            f"notified AS (SELECT pg_notify(%(channel)s::text, %(queue)s::text)) "
             f"SELECT array_agg(id ORDER BY id), array_agg(unique_key ORDER BY id), "
             f"min(run_after), min(enqueued_at), min(deadline), min(status), "
             f"min(unique_window), (SELECT count(*) FROM notified) FROM inserted"
         )
-        params = job.params(datetime.isoformat)
-        params["channel"] = CHANNEL
-        if len(payloads) == 1:
-            params["args"], params["kwargs"] = payloads[0]
-            params["key"] = None if keys is None else keys[0]
-            params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
-        else:
-            params["batch"] = job.batch(payloads, keys)
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            ids, written, run_after, enqueued_at, deadline, status, window, _ = cursor.fetchone()
-        return Inserted(
-            ids=ids or [], run_after=run_after, enqueued_at=enqueued_at, deadline=deadline,
-            status=status, unique_window=window,
-            positions=None if keys is None else inserted_positions(keys, written or []),
-        )  # fmt: skip
+
+    def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
+        """Run an enqueue statement on this thread's connection and return its first row:
+        with ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
+        parameters on the server and runs each statement prepared, so the server parses and
+        plans it once per connection instead of on every call; otherwise on Django's own
+        cursor (client-side binding). Either way through Django's cursor wrapper: the
+        statement joins the open transaction, errors are Django's, and it is logged and
+        instrumented (``execute_wrapper``) like any query."""
+        from ..conf import workqueue_settings as conf
+
+        db = self.connection
+        if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
+            with db.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone()
+        db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
+        db.ensure_connection()
+        db.validate_thread_sharing()
+        with db.wrap_database_errors:
+            cursor = self._prepared_cursor(db)
+        wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        wrapper.execute(sql, params)
+        return wrapper.fetchone()
+
+    @staticmethod
+    def _prepared_cursor(db: Any) -> Any:
+        """The prepared-statement cursor of ``db``'s current psycopg connection: made once per
+        connection and kept on the wrapper (a thread's own), since making one costs about as
+        much Python as the statement it runs."""
+        cursor, timezone = getattr(db, "_workqueue_prepared_cursor", (None, None))
+        if (
+            cursor is None
+            or cursor.connection is not db.connection
+            or cursor.closed
+            or timezone != db.timezone  # TIME_ZONE changed (override_settings)
+        ):
+            cursor = _PreparedCursor(db.connection)
+            # As Django's create_cursor: the connection's time zone, if it differs.
+            from django.db.backends.postgresql.psycopg_any import register_tzloader
+            from psycopg.postgres import types
+            from psycopg.pq import Format
+
+            oid = types["timestamptz"].oid
+            if db.timezone != db.connection.adapters.get_loader(oid, Format.TEXT).timezone:
+                register_tzloader(db.timezone, cursor)
+            db._workqueue_prepared_cursor = (cursor, db.timezone)
+        cursor.logged = db.queries_logged
+        return cursor
 
     def replace_waiting(self, job: NewJob, key: str, payload: tuple[str, str]) -> int | None:
         # Row-locking UPDATE: a claim that locked the row first makes this wait, then see the
@@ -173,9 +306,7 @@ class PostgresDriver(Driver):
         params["key"] = key
         params["args"], params["kwargs"] = payload
         params["fkey"] = None if job.flow_keys is None else job.flow_keys[0]
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+        row = self._fetchone(sql, params)
         return None if row is None else row[0]
 
     def claim(

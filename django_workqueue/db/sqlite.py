@@ -25,6 +25,7 @@ from .base import (
     ClaimedJob,
     CountedDown,
     Driver,
+    Encoded,
     Ended,
     FlowPick,
     Inserted,
@@ -75,7 +76,7 @@ class SQLiteDriver(Driver):
     def insert(
         self,
         job: NewJob,
-        payloads: Sequence[tuple[str, str]],
+        payloads: Sequence[tuple[str, str]] | Encoded,
         keys: Sequence[str | None] | None = None,
     ) -> Inserted:
         # The jobs' own values are one JSON parameter unpacked by json_each; what they share is
@@ -110,7 +111,10 @@ class SQLiteDriver(Driver):
             f"RETURNING id, unique_key, run_after, enqueued_at, deadline, status, unique_window"
         )
         params = job.params(self.connection.ops.adapt_datetimefield_value)
-        params["batch"] = job.batch(payloads, keys)
+        if isinstance(payloads, Encoded):
+            params["batch"] = payloads.text
+        else:
+            params["batch"] = job.batch(payloads, keys)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = sorted(cursor.fetchall())  # RETURNING order is unspecified; ids ascend

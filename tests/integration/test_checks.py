@@ -389,3 +389,18 @@ def test_the_task_queue_check_is_registered_with_django(restore_registry):
     task(name="shop.tasks.nowhere", queue="nowhere")(lambda: None)
     found = [m for m in checks.run_checks() if m.id == "django_workqueue.E007"]
     assert [m.msg.split()[1] for m in found] == ["shop.tasks.nowhere"]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_prepared_statements_must_be_a_boolean(value):
+    with workqueue(PREPARED_STATEMENTS=value):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg == f"WORKQUEUE['PREPARED_STATEMENTS'] must be True or False, got {value!r}."
+    assert "PgBouncer before 1.21" in message.hint
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_prepared_statements_on_or_off_is_fine(value):
+    with workqueue(PREPARED_STATEMENTS=value):
+        assert check_settings() == []

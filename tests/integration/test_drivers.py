@@ -265,6 +265,20 @@ def test_insert_with_keys_skips_rows_whose_key_is_held_and_says_which_were_writt
     assert Job.objects.filter(unique_key="b").get().pk == held.ids[0]
 
 
+@pytest.mark.parametrize("size", [1, 3])
+def test_insert_of_arguments_encoded_together_keeps_their_order(size):
+    from django_workqueue.db import Encoded, NewJob
+
+    text = "[" + ",".join(f'[[{n}],{{"n":{n}}}]' for n in range(size)) + "]"
+    inserted = driver().insert(NewJob(**TEMPLATE), Encoded(text, size))
+    assert inserted.positions is None
+    assert (inserted.status, len(inserted.ids)) == ("ready", size)
+    rows = Job.objects.filter(pk__in=inserted.ids).order_by("pk")
+    assert [(job.pk, job.args, job.kwargs) for job in rows] == [
+        (pk, [n], {"n": n}) for n, pk in enumerate(inserted.ids)
+    ]
+
+
 def test_insert_with_unique_for_stores_the_start_of_the_window_of_the_database_clock():
     from django_workqueue.db import NewJob
 

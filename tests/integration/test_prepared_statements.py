@@ -1,0 +1,114 @@
+"""Server-side prepared statements for enqueue (``WORKQUEUE["PREPARED_STATEMENTS"]``).
+
+PostgreSQL only by design: SQLite has no server to prepare on (its driver's statements are
+cached by the sqlite3 module), and the setting is ignored there."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_workqueue.models import Job
+from testproject.testapp.tasks import add
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+
+
+def prepared_inserts() -> list[tuple[int, int]]:
+    """(generic plans, custom plans) of each insert into the jobs table prepared in this session."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement ILIKE %s",
+            ["%INSERT INTO%django_workqueue_job%"],
+        )
+        return cursor.fetchall()
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture(autouse=True)
+def fresh_session():
+    connection.ensure_connection()
+    with connection.cursor() as cursor:  # psycopg sees it and forgets what it had prepared
+        cursor.execute("DEALLOCATE ALL")
+    yield
+
+
+def test_enqueue_prepares_its_insert_once_and_reuses_it():
+    for n in range(4):
+        add.enqueue(n, 1)
+    [(generic, custom)] = prepared_inserts()
+    assert generic + custom == 4
+
+
+def test_enqueue_many_prepares_its_insert_once_and_reuses_it():
+    for n in range(3):
+        add.enqueue_many([((n, 1), {}), ((n, 2), {})])
+    [(generic, custom)] = prepared_inserts()
+    assert generic + custom == 3
+    assert Job.objects.count() == 6
+
+
+def test_values_of_any_size_share_one_prepared_statement():
+    add.using(priority=0, lease_seconds=60).enqueue(1, 2**40)
+    add.using(priority=100, lease_seconds=10**6).enqueue(1, 2)
+    assert len(prepared_inserts()) == 1
+
+
+def test_a_prepared_enqueue_joins_the_callers_transaction():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.enqueue(1, 2)
+        assert prepared_inserts()
+        raise RuntimeError("roll back")
+    assert Job.objects.count() == 0
+
+
+def test_other_statements_of_the_connection_are_not_prepared():
+    add.enqueue(1, 2)
+    for _ in range(10):
+        Job.objects.filter(task_name="x").count()
+    others = [s for s in prepared_statements() if "INSERT" not in s]
+    assert others == []
+
+
+@override_settings(WORKQUEUE={**settings.WORKQUEUE, "PREPARED_STATEMENTS": False})
+def test_with_prepared_statements_off_nothing_is_prepared():
+    add.enqueue(1, 2)
+    add.enqueue_many([((1, 2), {}), ((3, 4), {})])
+    assert Job.objects.count() == 3
+    assert prepared_statements() == []
+
+
+def test_a_prepared_insert_is_logged_with_its_values():
+    with CaptureQueriesContext(connection) as queries:
+        add.enqueue(1, 2)
+    [insert] = [q["sql"] for q in queries.captured_queries if "INSERT INTO" in q["sql"]]
+    assert "'testproject.testapp.tasks.add'" in insert
+    assert "$1" not in insert
+
+
+def test_enqueue_prepares_again_on_a_new_connection():
+    add.enqueue(1, 2)
+    connection.close()
+    add.enqueue(3, 4)
+    [(generic, custom)] = prepared_inserts()
+    assert generic + custom == 1
+    assert Job.objects.count() == 2
+
+
+def test_enqueue_prepares_again_after_a_rollback_forgot_the_statements():
+    add.enqueue(1, 2)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.enqueue(3, 4)
+        raise RuntimeError("roll back")  # psycopg deallocates what it prepared
+    add.enqueue(5, 6)
+    assert sorted(job.args for job in Job.objects.all()) == [[1, 2], [5, 6]]
+    assert len(prepared_inserts()) == 1
