@@ -63,6 +63,9 @@ logger = logging.getLogger("django_workqueue.worker")
 
 KILL_GRACE_SECONDS = 2.0
 """How long a child past its hard timeout has between SIGTERM and SIGKILL."""
+RETIRE_GRACE_SECONDS = 5.0
+"""How long a replaced child has to exit after its last job before it is killed (a thread one of
+its jobs left running keeps its interpreter from exiting)."""
 START_TIMEOUT_SECONDS = 120.0
 """How long a child may take to import the project before it counts as failed to start."""
 _CHECK_INTERVAL = 0.1  # how often a waiting slot looks for an abort to pass on
@@ -330,6 +333,9 @@ class ProcessSlot:
         logger.info("worker %s: replacing child process %s: %s", self.worker.id, child.pid, why)
         child.retire()
         self._retired.append(child)
+        threading.Thread(
+            target=_end_retired, args=(child,), name=f"workqueue-retire-{child.pid}", daemon=True
+        ).start()
         self.child = Child(self.worker.id, limits.verbosity)
 
     def _reap(self) -> None:
@@ -338,6 +344,21 @@ class ProcessSlot:
             if child.process.poll() is not None:
                 child.close()
                 self._retired.remove(child)
+
+
+def _end_retired(child: Child) -> None:
+    """Give a replaced child ``RETIRE_GRACE_SECONDS`` to exit, then kill it: a replacement
+    must never leave the old process (and the memory it was replaced for) behind."""
+    try:
+        child.process.wait(RETIRE_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        logger.warning(
+            "child process %s did not exit within %ss of being replaced (a thread one of its "
+            "jobs started keeps its interpreter alive?); killing it",
+            child.pid, RETIRE_GRACE_SECONDS,
+        )  # fmt: skip
+        child.kill()
+    child.close()
 
 
 class ProcessPool:

@@ -14,6 +14,7 @@ ran twice.
 import asyncio
 import os
 import signal
+import threading
 import time
 
 from django_workqueue import task
@@ -122,3 +123,11 @@ async def async_pid(value):
 def pid_of(value=None):
     """A workflow step: its input (the previous step's result) and the pid that ran it."""
     return [value, os.getpid()]
+
+
+@task(queue=QUEUE, max_attempts=1)
+def leave_a_thread(ledger):
+    """Returns at once, leaving a (non-daemon) thread of its own running in its process, as
+    some client libraries do: the interpreter waits for it before it exits."""
+    threading.Thread(target=time.sleep, args=(600,), name="left-behind").start()
+    return os.getpid()

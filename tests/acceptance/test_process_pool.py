@@ -304,6 +304,23 @@ def test_max_memory_per_child_replaces_a_child_after_the_job_that_grew_it(
     assert worker.alive
 
 
+def test_a_replaced_child_that_does_not_exit_by_itself_is_killed(
+    start_pool: StartWorker, ledger: Ledger
+) -> None:
+    """A job that leaves a thread running holds its child's interpreter at exit: the replaced
+    child must not live on beside its replacement, holding its memory."""
+    left = pool_tasks.leave_a_thread.enqueue(ledger=str(ledger))
+    worker = start_pool("--concurrency", "1", "--max-jobs-per-child", "1")
+    wait_for(lambda: all_finished(left), alive=[worker], message="the first job")
+    after = pool_tasks.pool_work.enqueue(ledger=str(ledger))
+    wait_for(lambda: all_finished(after), alive=[worker], message="the next job")
+
+    assert (left.status, after.status) == (Status.SUCCEEDED, Status.SUCCEEDED)
+    assert after.result != left.result  # a fresh child (this one is replaced in turn)
+    wait_gone([left.result], f"the replaced child {left.result} to be gone")
+    assert worker.alive
+
+
 # --- children that die ---------------------------------------------------------------------------
 
 
