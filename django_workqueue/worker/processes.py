@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import queue
 import signal
@@ -55,7 +56,6 @@ from . import wire
 from .execution import _not_run
 
 if TYPE_CHECKING:
-    from ..context import JobContext
     from .lease import RunningJob
     from .runner import Worker
 
@@ -127,6 +127,7 @@ class Child:
         """Wait for the child to have imported the project; ``ProcessDied`` if it could not."""
         if self.ready:
             return
+        arrived = False
         try:
             arrived = self.conn.poll(timeout)
             if arrived and wire.receive(self.conn)[0] == "ready":
@@ -212,7 +213,7 @@ class ProcessSlot:
         """Run ``job`` in the child; return (outcome, whether it still has to be written)."""
         self._reap()
         try:
-            return self._run(job, item.context)
+            return self._run(job, item)
         except _Ended as ended:
             self.child.close()
             self.child = Child(self.worker.id, self.limits.verbosity)
@@ -231,12 +232,19 @@ class ProcessSlot:
                 child.kill()
             child.close()
 
-    def _run(self, job: ClaimedJob, context: JobContext) -> tuple[Outcome | None, bool]:
-        child = self.child
-        try:
-            child.wait_ready()
-        except ProcessDied as exc:
-            raise _Ended(self._failed(job, exc)) from None
+    def _run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
+        child, context = self.child, item.context
+        if not child.ready:  # a fresh child imports the project: not the job's time
+            item.started = math.inf
+            try:
+                child.wait_ready()
+            except ProcessDied as exc:
+                raise _Ended(self._failed(job, exc)) from None
+            finally:
+                item.started = time.monotonic()
+        if context.lease_lost or context.released:  # while it waited for the child
+            logger.info("job %s: %s; not beginning it", job.id, context._why())
+            return None, False
         if not child.send(
             ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation]
         ):
@@ -260,11 +268,10 @@ class ProcessSlot:
                     child.jobs_run += 1
                     child.resident_bytes = resident
                     return (wire.outcome_from_wire(fields) if fields else None), pending
-                if message[0] == "progress":
+                if message[0] == "progress":  # then the checks below, even under a flood
                     current, total, text, details = message[2]
                     context.progress = (current, total, text, details)
                     self.worker._on_progress(context)
-                continue
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
                 raise _Ended(self._released(job))

@@ -131,3 +131,15 @@ def leave_a_thread(ledger):
     some client libraries do: the interpreter waits for it before it exits."""
     threading.Thread(target=time.sleep, args=(600,), name="left-behind").start()
     return os.getpid()
+
+
+@task(queue=QUEUE, max_attempts=2, backoff=0, timeout=0.6)
+def short_with_timeout(context, ledger):
+    """0.3 s of work, well within its cooperative ``timeout`` of 0.6 s, checking for it."""
+    chaos_ledger(ledger, "start", context)
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        context.raise_if_cancelled()
+        time.sleep(0.01)
+    chaos_ledger(ledger, "effect", context)
+    return os.getpid()

@@ -224,6 +224,22 @@ def test_a_hard_timeout_kills_the_hung_child_and_the_next_job_runs_in_a_fresh_on
     assert worker.alive
 
 
+def test_a_jobs_timeout_does_not_count_the_start_of_a_fresh_child(
+    start_pool: StartWorker, ledger: Ledger
+) -> None:
+    """With one job per child each job waits for a fresh child to import the project (longer
+    than the task's 0.6 s ``timeout`` on a loaded machine); the timeout runs from when the job
+    is handed to the child."""
+    jobs = pool_tasks.short_with_timeout.enqueue_many([((), {"ledger": str(ledger)})] * 3)
+    worker = start_pool("--concurrency", "1", "--max-jobs-per-child", "1")
+    wait_for(lambda: all_finished(*jobs), alive=[worker], timeout=60, message="the jobs")
+
+    assert [(fresh(job).status, fresh(job).attempt, fresh(job).errors) for job in jobs] == [
+        (Status.SUCCEEDED, 1, [])
+    ] * 3
+    assert len({fresh(job).result for job in jobs}) == 3
+
+
 # --- children replaced ---------------------------------------------------------------------------
 
 
