@@ -69,7 +69,13 @@ its jobs left running keeps its interpreter from exiting)."""
 START_TIMEOUT_SECONDS = 120.0
 """How long a child may take to import the project before it counts as failed to start."""
 _CHECK_INTERVAL = 0.1  # how often a waiting slot looks for an abort to pass on
-_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+# Looked up by name: Windows lacks SIGHUP and SIGKILL, and the package must import there too.
+_STOP_SIGNALS = frozenset(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
+)
+POSIX = os.name == "posix"
+"""Whether this system can run a process pool: its children inherit a socket (``pass_fds``),
+run in a session of their own and are stopped with POSIX signals."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +94,13 @@ class ChildLimits:
 
 
 def require_settings_module() -> None:
-    """Children load the project's settings by name: refuse a process pool without one."""
+    """Children load the project's settings by name: refuse a process pool without one, and
+    on a system that cannot run one."""
+    if not POSIX:
+        raise ImproperlyConfigured(
+            f"the process pool runs on POSIX systems only (Linux, macOS), not on {sys.platform}: "
+            f"run the thread pool (--pool threads)"
+        )
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         raise ImproperlyConfigured(
             "the process pool starts its children from DJANGO_SETTINGS_MODULE, which is not "
