@@ -88,6 +88,12 @@ def run(
     def maybe_kill() -> None:
         nonlocal next_kill
         due = len(supervisor.kills) < kills and time.monotonic() >= next_kill
+        if due and pool == "processes" and len(supervisor.busy_workers()) < WORKERS:
+            # A restarted process-pool worker claims nothing until its children have imported
+            # the project (seconds on two loaded cores): killing whoever is busy meanwhile
+            # would aim every kill at the few ready workers, and at the jobs they took from
+            # the head of the queue, again and again. The next kill waits for the fleet.
+            return
         if due and supervisor.kill_busy(rng) is not None:
             next_kill += pace
 
