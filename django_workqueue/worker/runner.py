@@ -146,14 +146,6 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
-        # A pass's steps. A process pool claims before it writes the outcomes: a child that
-        # handed back an outcome idles until its slot gets a job, and that wait is one round
-        # trip instead of two (the write, then the claim). Threads share one core: no gain.
-        work = (
-            (self._fill, self._flush) if self.processes is not None else (self._flush, self._fill)
-        )
-        self._steps = (self._ensure_session, self._heartbeat, self._write_progress, work[0],
-                       self._maintain, work[1], self._scale)  # fmt: skip
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -241,7 +233,12 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        steps = self._steps
+        # A process pool claims before it writes the outcomes: a child that handed back an
+        # outcome idles until its slot gets a job, and that wait is one round trip instead of
+        # two (the write, then the claim). Threads share one core: no gain.
+        first, then = (self._fill, self._flush) if self.processes else (self._flush, self._fill)
+        steps = (self._ensure_session, self._heartbeat, self._write_progress, first,
+                 self._maintain, then, self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
