@@ -8,24 +8,23 @@ every outcome, renews the leases and decides what is claimed. The one exception 
 ``atomic=True`` task, whose success must commit with the body's own writes: the child records
 it inside the body's transaction, fenced by the worker's lease exactly as a slot thread does.
 
-Messages are JSON (``wire.py``) over a socket pair private to the worker and the children it
-started; job arguments and results inside them stay the JSON text the database holds.
+Messages are JSON (``wire.py``) over two socket pairs private to the worker and the child: the
+main thread reads its jobs from the job channel itself and writes their outcomes back on it; a
+thread reads the control channel, for requests to abort the running job. Job arguments and
+results inside them stay the JSON text the database holds.
 
 The child ignores SIGINT (a Ctrl-C at the terminal is the worker's to handle) and runs in its
-own session. When its worker goes away (the socket closes), it exits at once: the leases of its
-job lapse and the reaper recovers the job, as for any worker that died.
+own session. When its worker goes away (either channel closes), it exits at once: the leases of
+its job lapse and the reaper recovers the job, as for any worker that died.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import queue
 import resource
 import sys
 import threading
-from multiprocessing.connection import Connection
 from typing import Any
 
 from django.db import connections
@@ -55,52 +54,83 @@ class _Identity:
 
 
 class _Parent:
-    """The child's end of the socket: a reader thread takes jobs and aborts while the main
-    thread runs a job; every send goes out whole under one lock."""
+    """The child's ends of its channels: the main thread reads jobs and sends outcomes on
+    ``jobs``; a thread reads aborts from ``control``. Every send goes out whole under a lock
+    (an async task's progress is sent from the event loop's thread)."""
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.jobs: queue.SimpleQueue[tuple[Any, str, int] | None] = queue.SimpleQueue()
-        self.current: Any = None  # the running job's JobContext
+    def __init__(self, jobs: wire.Channel, control: wire.Channel) -> None:
+        self.jobs = jobs
+        self.control = control
         self._send_lock = threading.Lock()
+        self._abort_lock = threading.Lock()
+        self._current: Any = None  # the running job's JobContext
+        self._early: dict[int, str] = {}  # aborts that arrived before their job began here
 
     def send(self, message: list[Any]) -> None:
         with self._send_lock:
             try:
-                wire.send(self.conn, message)
+                self.jobs.send(message)
             except OSError:  # the worker is gone (it stopped while this child started)
                 os._exit(0)
 
-    def send_outcome(self, job_id: int, outcome: Outcome | None, pending: bool) -> None:
+    def send_outcome(
+        self, job_id: int, outcome: Outcome | None, pending: bool, measure: bool = True
+    ) -> None:
         """Hand the job's outcome back; one that cannot be sent (its result or its error
         holds text JSON cannot carry) ends the job as a failure that says why, as an outcome
-        the database refuses does in a slot thread."""
+        the database refuses does in a slot thread. ``measure``: report this process's
+        resident memory with it (the worker replaces children past a memory limit)."""
+        resident = resident_bytes() if measure else None
+        fields = wire.outcome_to_wire(outcome) if outcome is not None else None
         try:
-            fields = wire.outcome_to_wire(outcome) if outcome is not None else None
-            json.dumps(fields)
-        except (TypeError, ValueError) as exc:
+            self.send(["done", job_id, fields, pending, resident])
+        except (TypeError, ValueError) as exc:  # nothing was sent
             outcome = unstorable(outcome, exc) if outcome is not None and pending else None
             fields = wire.outcome_to_wire(outcome) if outcome is not None else None
-        self.send(["done", job_id, fields, pending, resident_bytes()])
+            self.send(["done", job_id, fields, pending, resident])
 
-    def read_forever(self) -> None:
+    def next_job(self) -> tuple[Any, str, int, bool] | None:
+        """The next job handed to this child (job, owner, connection generation, whether to
+        measure memory after it), or None when told to exit; exits if the worker is gone."""
+        try:
+            message = self.jobs.receive()
+        except (EOFError, OSError):
+            os._exit(0)  # the worker is gone: so is the job's lease; stop at once
+        if message[0] != "run":
+            return None
+        return wire.job_from_wire(message[1]), message[2], message[3], bool(message[4])
+
+    def begin(self, context: Any) -> None:
+        """``context``'s job runs now: an abort sent for it before this point applies."""
+        with self._abort_lock:
+            self._current = context
+            reason = self._early.pop(context.job.id, None)
+            self._early.clear()  # any other was for a job that is over
+        if reason is not None:
+            context.abort(AbortReason(reason))
+
+    def end(self) -> None:
+        with self._abort_lock:
+            self._current = None
+
+    def read_control(self) -> None:
         while True:
             try:
-                message = wire.receive(self.conn)
+                message = self.control.receive()
             except (EOFError, OSError):
                 os._exit(0)  # the worker is gone: so is the job's lease; stop at once
-            kind = message[0]
-            if kind == "run":
-                self.jobs.put((wire.job_from_wire(message[1]), message[2], message[3]))
-            elif kind == "abort":
+            if message[0] == "abort":
                 self._abort(message[1], message[2])
-            elif kind == "exit":
-                self.jobs.put(None)
 
     def _abort(self, job_id: int, reason: str) -> None:
-        context = self.current
-        if context is not None and context.job.id == job_id:
-            context.abort(AbortReason(reason))
+        with self._abort_lock:
+            context = self._current
+            if context is None or context.job.id != job_id:
+                # The worker sends a job, then may abort it at once: the abort can overtake
+                # the job, which then begins aborted.
+                self._early[job_id] = reason
+                return
+        context.abort(AbortReason(reason))
 
 
 def resident_bytes() -> int:
@@ -114,13 +144,15 @@ def resident_bytes() -> int:
         return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB else
 
 
-def serve(conn: Connection, worker_id: str) -> None:
-    """Run jobs from ``conn`` until told to exit."""
+def serve(jobs: wire.Channel, control: wire.Channel, worker_id: str) -> None:
+    """Run jobs from ``jobs`` until told to exit."""
     driver = driver_for(conf.DATABASE)
     serving.worker = _Identity(worker_id, conf.DATABASE, driver)
     load_middlewares()
-    parent = _Parent(conn)
-    threading.Thread(target=parent.read_forever, name="workqueue-child-reader", daemon=True).start()
+    parent = _Parent(jobs, control)
+    reader = threading.Thread(target=parent.read_control, name="workqueue-child-control")
+    reader.daemon = True
+    reader.start()
     loop: AsyncLoop | None = None
     connections_generation = 0
 
@@ -129,15 +161,15 @@ def serve(conn: Connection, worker_id: str) -> None:
 
     parent.send(["ready", os.getpid()])
     while True:
-        handed = parent.jobs.get()
+        handed = parent.next_job()
         if handed is None:
             break
-        job, owner, generation = handed
+        job, owner, generation, measure = handed
         if generation != connections_generation:  # the worker lost its connection: so may we
             connections_generation = generation
             close_unusable_connections()
         context = JobContext(job, owner=owner, driver=driver, on_progress=on_progress)
-        parent.current = context
+        parent.begin(context)
         outcome, pending = None, False
         try:
             if loop is None and _is_async(job.task_name):
@@ -148,12 +180,12 @@ def serve(conn: Connection, worker_id: str) -> None:
         except Exception:
             logger.exception("job %s: the worker's child failed to run it", job.id)
         finally:
-            parent.current = None
+            parent.end()
             try:
                 tidy_connections()
             except Exception:
                 logger.exception("job %s: could not tidy the child's connections", job.id)
-        parent.send_outcome(job.id, outcome, pending)
+        parent.send_outcome(job.id, outcome, pending, measure)
     if loop is not None:
         loop.close()
     connections.close_all()

@@ -36,13 +36,11 @@ import math
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -112,25 +110,29 @@ def require_settings_module() -> None:
 class Child:
     """One child process and the worker's end of its socket."""
 
-    def __init__(self, worker_id: str, verbosity: int) -> None:
-        ours, theirs = socket.socketpair()
+    def __init__(self, worker_id: str, limits: ChildLimits) -> None:
+        self.conn, jobs = wire.channel_pair()
+        self.control, control = wire.channel_pair()
         # The worker's import path, so that the child finds what the worker found (manage.py's
         # directory, --pythonpath).
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
         try:
             self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
-                [sys.executable, "-m", "django_workqueue.worker.spawned", str(theirs.fileno()),
-                 worker_id, str(verbosity), str(os.getpid())],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                [sys.executable, "-m", "django_workqueue.worker.spawned", str(jobs.fileno()),
+                 str(control.fileno()), worker_id, str(limits.verbosity), str(os.getpid())],
+                pass_fds=(jobs.fileno(), control.fileno()), env=env, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches the worker only
             )  # fmt: skip
         except BaseException:
-            ours.close()
+            self.close()
             raise
         finally:
-            theirs.close()
-        self.conn = Connection(ours.detach())
+            jobs.close()
+            control.close()
         self.pid = self.process.pid
+        self.measure = limits.max_memory_bytes is not None
+        """Whether the child reports its resident memory after each job (only a memory limit
+        needs it: reading it costs a system call or three)."""
         self.ready = False
         self.jobs_run = 0
         self.resident_bytes = 0
@@ -142,7 +144,7 @@ class Child:
         arrived = False
         try:
             arrived = self.conn.poll(timeout)
-            if arrived and wire.receive(self.conn)[0] == "ready":
+            if arrived and self.conn.receive()[0] == "ready":
                 self.ready = True
                 return
         except (EOFError, OSError, ValueError):
@@ -162,13 +164,17 @@ class Child:
             f"ready; the worker's log above shows why (an import error in the project?)"
         )
 
-    def send(self, message: list[Any]) -> bool:
-        """Send ``message``; False if the child is gone."""
+    def send(self, message: list[Any], channel: wire.Channel | None = None) -> bool:
+        """Send ``message`` on the job channel (or ``channel``); False if the child is gone."""
         try:
-            wire.send(self.conn, message)
+            (channel or self.conn).send(message)
         except OSError:
             return False
         return True
+
+    def abort(self, job_id: int, reason: str) -> bool:
+        """Ask the child to abort the job it runs (or is about to)."""
+        return self.send(["abort", job_id, reason], self.control)
 
     def how_it_died(self) -> str:
         """How the (ended) process ended: its signal or its exit code."""
@@ -203,6 +209,7 @@ class Child:
 
     def close(self) -> None:
         self.conn.close()
+        self.control.close()
 
 
 class _Ended(Exception):
@@ -218,7 +225,7 @@ class ProcessSlot:
     def __init__(self, worker: Worker, limits: ChildLimits, child: Child | None = None) -> None:
         self.worker = worker
         self.limits = limits
-        self.child = child or Child(worker.id, limits.verbosity)
+        self.child = child or Child(worker.id, limits)
         self._retired: list[Child] = []
 
     def run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
@@ -228,7 +235,7 @@ class ProcessSlot:
             return self._run(job, item)
         except _Ended as ended:
             self.child.close()
-            self.child = Child(self.worker.id, self.limits.verbosity)
+            self.child = Child(self.worker.id, self.limits)
             return ended.outcome, ended.outcome is not None
         finally:
             self._replace_if_spent()
@@ -258,8 +265,9 @@ class ProcessSlot:
             logger.info("job %s: %s; not beginning it", job.id, context._why())
             return None, False
         if not child.send(
-            ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation]
-        ):
+            ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation,
+             child.measure]
+        ):  # fmt: skip
             raise _Ended(self._died(job, child))
         task = find_task(job.task_name)
         hard_timeout = (task.spec.hard_timeout if task else None) or self.limits.hard_timeout
@@ -271,14 +279,15 @@ class ProcessSlot:
             if hard_timeout is not None:
                 wait = min(wait, max(0.0, started + hard_timeout - time.monotonic()))
             try:
-                message = wire.receive(child.conn) if child.conn.poll(wait) else None
+                message = child.conn.receive() if child.conn.poll(wait) else None
             except (EOFError, OSError, ValueError):
                 raise _Ended(self._died(job, child)) from None
             if message is not None:
                 if message[0] == "done":
                     _, _, fields, pending, resident = message
                     child.jobs_run += 1
-                    child.resident_bytes = resident
+                    if resident is not None:
+                        child.resident_bytes = resident
                     return (wire.outcome_from_wire(fields) if fields else None), pending
                 if message[0] == "progress":  # then the checks below, even under a flood
                     current, total, text, details = message[2]
@@ -298,7 +307,7 @@ class ProcessSlot:
                 child.kill()
                 raise _Ended(None)
             if context.abort_reason is not None and not forwarded:
-                forwarded = child.send(["abort", job.id, context.abort_reason.value])
+                forwarded = child.abort(job.id, context.abort_reason.value)
             if hard_timeout is not None and time.monotonic() - started >= hard_timeout:
                 logger.warning(
                     "job %s (%s): past its hard timeout of %ss; killing its process %s",
@@ -355,7 +364,7 @@ class ProcessSlot:
         threading.Thread(
             target=_end_retired, args=(child,), name=f"workqueue-retire-{child.pid}", daemon=True
         ).start()
-        self.child = Child(self.worker.id, limits.verbosity)
+        self.child = Child(self.worker.id, limits)
 
     def _reap(self) -> None:
         """Collect retired children that have exited (no zombies left behind)."""
@@ -399,7 +408,7 @@ class ProcessPool:
     def start(self, worker_id: str, count: int, on_done: Callable[[bool], None]) -> None:
         """Start ``count`` children; ``on_done(ok)`` is called once each is ready, or once one
         could not start (the others are then stopped)."""
-        children = [Child(worker_id, self.limits.verbosity) for _ in range(count)]
+        children = [Child(worker_id, self.limits) for _ in range(count)]
         for child in children:
             self._spares.put(child)
 

@@ -1,8 +1,9 @@
-"""The entry point of a process-pool child: ``python -m django_workqueue.worker.spawned FD
-WORKER_ID VERBOSITY WORKER_PID`` (started by ``processes.Child``).
+"""The entry point of a process-pool child: ``python -m django_workqueue.worker.spawned JOBS_FD
+CONTROL_FD WORKER_ID VERBOSITY WORKER_PID`` (started by ``processes.Child``).
 
 It sets Django up from ``DJANGO_SETTINGS_MODULE`` before anything of the package that needs the
-app registry is imported, then serves jobs on the socket ``FD`` (``child.serve``).
+app registry is imported, then serves the jobs of the socket ``JOBS_FD``, hearing aborts on
+``CONTROL_FD`` (``child.serve``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
-from multiprocessing.connection import Connection
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -38,17 +39,19 @@ def main(argv: list[str]) -> None:
     # A Ctrl-C at the terminal is the worker's to handle (it drains); the child also runs in a
     # session of its own, so a terminal's signals do not reach it in the first place.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fd, worker_id, verbosity, worker_pid = int(argv[0]), argv[1], int(argv[2]), int(argv[3])
+    jobs_fd, control_fd, worker_id = int(argv[0]), int(argv[1]), argv[2]
+    verbosity, worker_pid = int(argv[3]), int(argv[4])
     die_with_worker(worker_pid)
-    conn = Connection(fd)
+    jobs, control = (socket.socket(fileno=fd) for fd in (jobs_fd, control_fd))
     import django
 
     django.setup()
     from ..management.commands.runworker import configure_logging
     from .child import serve
+    from .wire import Channel
 
     configure_logging(verbosity)
-    serve(conn, worker_id)
+    serve(Channel(jobs), Channel(control), worker_id)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,27 @@
 """What a process-pool worker and its children say to each other, as JSON.
 
-Jobs go to a child and outcomes come back over a socket pair private to the worker and the
-children it started (``processes.py``, ``child.py``). Like everything else the package reads,
-the messages are JSON, never pickle: a message is one JSON document in a length-prefixed frame
-(``Connection.send_bytes`` / ``recv_bytes``). Job arguments and results stay the JSON text the
-database holds; only the fields around them are converted here.
+Jobs go to a child and outcomes come back over two socket pairs private to the worker and
+each child it started (``processes.py``, ``child.py``): the job channel, which the child's main
+thread reads between jobs and writes outcomes on, and the control channel, which a thread of
+the child reads while a job runs, for the requests to abort it. Like everything else the
+package reads, the messages are JSON, never pickle: a message is one JSON document in a frame
+prefixed by its length (``Channel``). Job arguments and results stay the JSON text the database
+holds; only the fields around them are converted here.
 
-worker -> child: ``["run", job, owner, connection generation]``, ``["abort", job_id, reason]``,
-``["exit"]``
-child -> worker: ``["ready", pid]``, ``["progress", job_id, report]``,
-``["done", job_id, outcome or null, pending, resident bytes]``
+worker -> child, job channel: ``["run", job, owner, connection generation, measure memory]``,
+``["exit"]``; control channel: ``["abort", job_id, reason]``
+child -> worker, job channel: ``["ready", pid]``, ``["progress", job_id, report]``,
+``["done", job_id, outcome or null, pending, resident bytes or null]``
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import select
+import socket
+import struct
 from datetime import datetime
-from multiprocessing.connection import Connection
 from typing import Any
 
 from ..db import ClaimedJob, NewJob
@@ -29,15 +33,66 @@ from ..workflow.store import Spawn
 _NEW_JOB_TIMES = ("run_at", "deadline_at")
 
 
-def send(conn: Connection, message: list[Any]) -> None:
-    conn.send_bytes(json.dumps(message, separators=(",", ":")).encode())
+_LENGTH = struct.Struct("!I")
+_READ_SIZE = 65536
 
 
-def receive(conn: Connection) -> list[Any]:
-    message = json.loads(conn.recv_bytes())
-    if not isinstance(message, list) or not message:
-        raise ValueError(f"not a message of the process pool: {message!r:.200}")
-    return message
+class Channel:
+    """One end of a socket pair that carries JSON messages, each in a frame prefixed by its
+    length. A read takes whatever has arrived, so a message usually costs one system call to
+    send and one to receive. One thread sends and one receives at a time (callers lock)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        self.sock = sock
+        self._buffer = bytearray()
+        self._poller = select.poll()
+        self._poller.register(sock.fileno(), select.POLLIN)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, message: list[Any]) -> None:
+        """Send ``message`` whole; ``TypeError``/``ValueError`` if JSON cannot carry it (then
+        nothing was sent), ``OSError`` if the other end is gone."""
+        body = json.dumps(message, separators=(",", ":")).encode()
+        self.sock.sendall(_LENGTH.pack(len(body)) + body)
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a message (or the end of the stream) can be read within ``timeout`` s."""
+        if self._complete():
+            return True
+        return bool(self._poller.poll(max(0, round(timeout * 1000))))
+
+    def receive(self) -> list[Any]:
+        """The next message, waiting for it; ``EOFError`` once the other end has closed."""
+        while not self._complete():
+            chunk = self.sock.recv(_READ_SIZE)
+            if not chunk:
+                raise EOFError("the other end of the process pool's channel closed")
+            self._buffer += chunk
+        (length,) = _LENGTH.unpack_from(self._buffer)
+        end = _LENGTH.size + length
+        body = bytes(self._buffer[_LENGTH.size : end])
+        del self._buffer[:end]
+        message = json.loads(body)
+        if not isinstance(message, list) or not message:
+            raise ValueError(f"not a message of the process pool: {message!r:.200}")
+        return message
+
+    def _complete(self) -> bool:
+        if len(self._buffer) < _LENGTH.size:
+            return False
+        return len(self._buffer) >= _LENGTH.size + _LENGTH.unpack_from(self._buffer)[0]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def channel_pair() -> tuple[Channel, socket.socket]:
+    """A channel for this process and the socket to hand to the other."""
+    ours, theirs = socket.socketpair()
+    return Channel(ours), theirs
 
 
 # --- jobs ----------------------------------------------------------------------------------

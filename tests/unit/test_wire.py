@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from datetime import UTC, datetime
-from multiprocessing.connection import Connection
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +23,7 @@ from testproject.testapp.tasks import add, double, total
 @pytest.fixture
 def pair():
     ours, theirs = socket.socketpair()
-    a, b = Connection(ours.detach()), Connection(theirs.detach())
+    a, b = wire.Channel(ours), wire.Channel(theirs)
     yield a, b
     a.close()
     b.close()
@@ -78,9 +79,60 @@ def test_the_steps_a_job_added_cross_and_compile_to_the_same_graph():
 
 def test_a_message_that_is_not_a_list_is_refused(pair):
     ours, theirs = pair
-    ours.send_bytes(b'{"run": 1}')
+    ours.sock.sendall(len(b'{"run": 1}').to_bytes(4, "big") + b'{"run": 1}')
     with pytest.raises(ValueError, match="not a message of the process pool"):
-        wire.receive(theirs)
+        theirs.receive()
+
+
+def test_messages_that_arrive_together_or_in_pieces_are_read_one_by_one(pair):
+    ours, theirs = pair
+    big = ["done", 1, {"result_json": "x" * 200_000}, True, None]  # more than one read
+    ours.send(["progress", 1, [1, 2, "a", None]])
+    ours.send(big)
+    ours.send(["ready", 5])
+
+    assert theirs.poll(5)
+    assert theirs.receive() == ["progress", 1, [1, 2, "a", None]]
+    assert theirs.receive() == big
+    assert theirs.poll(0)  # already read with the message before it
+    assert theirs.receive() == ["ready", 5]
+    assert not theirs.poll(0)
+
+
+def test_a_frame_cut_anywhere_is_waited_for_whole(pair):
+    ours, theirs = pair
+    body = json.dumps(["run", {"id": 3}, "owner", 0, False]).encode()
+    frame = len(body).to_bytes(4, "big") + body
+    received = []
+    reader = threading.Thread(target=lambda: received.append(theirs.receive()))
+    reader.start()
+    for cut in (2, 9):  # inside the length, then inside the body
+        ours.sock.sendall(frame[:cut])
+        frame = frame[cut:]
+        reader.join(0.05)
+        assert reader.is_alive() and not received
+    ours.sock.sendall(frame)
+    reader.join(5)
+
+    assert received == [["run", {"id": 3}, "owner", 0, False]]
+
+
+def test_the_end_of_the_stream_is_eof_and_polls_as_readable(pair):
+    ours, theirs = pair
+    ours.close()
+
+    assert theirs.poll(5)
+    with pytest.raises(EOFError, match="closed"):
+        theirs.receive()
+
+
+def test_a_message_json_cannot_carry_is_refused_before_anything_is_sent(pair):
+    ours, theirs = pair
+    with pytest.raises(TypeError):
+        ours.send(["done", 1, {"error": object()}])
+    ours.send(["ready", 1])
+
+    assert theirs.receive() == ["ready", 1]
 
 
 def test_a_child_sends_an_outcome_it_cannot_encode_as_a_failure_that_says_why(pair):
@@ -90,10 +142,54 @@ def test_a_child_sends_an_outcome_it_cannot_encode_as_a_failure_that_says_why(pa
         error={"type": "x", "message": object(), "traceback": None},
     )  # fmt: skip
 
-    _Parent(theirs).send_outcome(9, outcome, True)
+    _Parent(theirs, theirs).send_outcome(9, outcome, True)
 
-    kind, job_id, fields, pending, resident = wire.receive(ours)
+    kind, job_id, fields, pending, resident = ours.receive()
     sent = wire.outcome_from_wire(fields)
     assert (kind, job_id, pending, sent.kind) == ("done", 9, True, OutcomeKind.DISCARD)
     assert "could not be stored" in sent.error["message"]
     assert resident > 0
+
+
+def test_a_child_measures_its_memory_only_when_asked(pair):
+    ours, theirs = pair
+
+    _Parent(theirs, theirs).send_outcome(9, None, False, measure=False)
+
+    assert ours.receive() == ["done", 9, None, False, None]
+
+
+class _Context:
+    def __init__(self, job_id):
+        self.job = SimpleNamespace(id=job_id)
+        self.reasons = []
+
+    def abort(self, reason):
+        self.reasons.append(reason)
+
+
+def test_an_abort_that_overtakes_its_job_applies_when_the_job_begins(pair):
+    _, theirs = pair
+    parent = _Parent(theirs, theirs)
+    parent._abort(4, "cancel_requested")  # the worker sent the job, then at once its abort
+    parent._abort(3, "timeout")  # for a job that is over
+
+    overtaken, later = _Context(4), _Context(5)
+    parent.begin(overtaken)
+    parent.end()
+    parent.begin(later)
+
+    assert [reason.value for reason in overtaken.reasons] == ["cancel_requested"]
+    assert later.reasons == []  # what was left over is dropped when a job begins
+
+
+def test_an_abort_reaches_the_running_job_at_once(pair):
+    _, theirs = pair
+    parent = _Parent(theirs, theirs)
+    running = _Context(8)
+    parent.begin(running)
+
+    parent._abort(8, "cancel_requested")
+    parent._abort(7, "cancel_requested")  # not this job's
+
+    assert [reason.value for reason in running.reasons] == ["cancel_requested"]
