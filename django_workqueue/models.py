@@ -11,14 +11,21 @@ Indexes are designed for the hot path, not added by accident:
   promoter: jobs waiting for a later time live there, not in the claim index, so claims cost
   the same next to a million of them as next to none;
 * ``wq_job_lease`` holds ``running`` rows only, for the reaper's scan of expired leases;
-* ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs;
+* ``wq_job_unique_active`` makes ``unique_key`` unique per task among unfinished jobs (only the
+  jobs that have a key are in it);
 * ``wq_job_active`` holds unfinished rows only (queue, task, status, run_after), for the stats'
   index-only counts;
 * ``wq_job_unique_key`` holds the jobs that have a ``unique_key`` (finished ones too), for the
   admin's search by key;
-* ``Job.workflow`` and ``Dependency.prerequisite`` are indexed foreign keys: completing a job
-  finds its dependents through the second, a workflow's jobs through the first. Claims never
-  look at ``blocked`` jobs: they are not in the claim index.
+* ``wq_job_workflow`` indexes ``Job.workflow`` for the jobs that belong to a workflow only (a
+  job outside any writes nothing there); ``Dependency.prerequisite`` is an indexed foreign key:
+  completing a job finds its dependents through it. Claims never look at ``blocked`` jobs:
+  they are not in the claim index.
+
+A plain job (no workflow, no unique key, no flow control) is in four indexes while it waits:
+the primary key, ``wq_job_claim``, ``wq_job_active`` and ``wq_job_status_finished``. Every
+change of its status rewrites all the entries of the indexes it is in (``status`` is in their
+predicates, so no such update is HOT): an index added here costs every job, not one query.
 """
 
 from __future__ import annotations
@@ -156,7 +163,12 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow = models.ForeignKey(
-        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+        Workflow,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="jobs",
+        db_index=False,  # wq_job_workflow: partial, most jobs belong to no workflow
     )
     waiting_on = models.PositiveIntegerField(
         default=0, help_text="Prerequisites not finished yet; a job waiting on any is blocked."
@@ -229,6 +241,13 @@ class Job(models.Model):
                 condition=models.Q(status="running"),
             ),
             models.Index(fields=["status", "finished_at"], name="wq_job_status_finished"),
+            # A workflow's jobs (its page, its cascade, the foreign key's checks); partial: a
+            # job outside any workflow, the most common kind, writes nothing here.
+            models.Index(
+                fields=["workflow"],
+                name="wq_job_workflow",
+                condition=models.Q(workflow__isnull=False),
+            ),
             # The admin's search by unique key; partial: most jobs have none.
             models.Index(
                 fields=["unique_key"],
@@ -244,10 +263,15 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            # Partial on the key too: NULL keys never conflict, and most jobs have none, so
+            # they cost this index nothing on insert and on every change of status.
             models.UniqueConstraint(
                 fields=["task_name", "unique_key"],
                 name="wq_job_unique_active",
-                condition=models.Q(status__in=["blocked", "scheduled", "ready", "held", "running"]),
+                condition=models.Q(
+                    status__in=["blocked", "scheduled", "ready", "held", "running"],
+                    unique_key__isnull=False,
+                ),
             ),
             models.UniqueConstraint(
                 fields=["task_name", "unique_key", "unique_window"],
