@@ -116,6 +116,15 @@ def client_enqueue_cpu_jobs(n: int, iterations: int, chunk: int = 10_000) -> dic
     return {"seconds": time.perf_counter() - started}
 
 
+def client_enqueue_io_jobs(n: int, seconds: float, chunk: int = 10_000) -> dict[str, Any]:
+    """``n`` I/O-bound jobs (``bench.io``: a sleep of ``seconds`` each) through ``enqueue_many``."""
+    task = _tasks().io
+    started = time.perf_counter()
+    for start in range(0, n, chunk):
+        task.enqueue_many([((seconds,), {}) for _ in range(start, min(n, start + chunk))])
+    return {"seconds": time.perf_counter() - started}
+
+
 def client_copy_jobs(
     n: int, delay: float = 0, priority: int = 0, queue: str = "default"
 ) -> dict[str, Any]:
@@ -148,7 +157,12 @@ def client_drain_check(due: int, due_priority: int) -> dict[str, Any]:
         )
     span = drained.aggregate(first=Min("started_at"), last=Max("finished_at"))
     seconds = (span["last"] - span["first"]).total_seconds()
-    return {"rate": due / max(seconds, 1e-9), "seconds": seconds}
+    return {
+        "rate": due / max(seconds, 1e-9),
+        "seconds": seconds,
+        "first": span["first"].timestamp(),
+        "last": span["last"].timestamp(),
+    }
 
 
 def _claim_timer(owner: str) -> Any:
