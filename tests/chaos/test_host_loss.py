@@ -162,31 +162,45 @@ def test_a_partitioned_host_that_comes_back_cannot_overwrite_recovered_jobs(
     held = _held(away.worker_ids)
     ids += _enqueue(ledger)
 
+    def final_attempts() -> dict[int, int]:
+        succeeded = Job.objects.filter(pk__in=[j for j, _ in held], status=Status.SUCCEEDED)
+        return dict(succeeded.values_list("id", "attempt"))
+
     def recovered_and_finished_away() -> bool:
         """Each held job ended elsewhere on a later attempt, and the away host's body of it
-        finished too (its outcome waits in its completer, unwritten)."""
-        final = dict(Job.objects.filter(pk__in=[j for j, _ in held], status=Status.SUCCEEDED)
-                     .values_list("id", "attempt"))  # fmt: skip
+        finished too (its outcome waits in its completer, unwritten). A completion that was
+        on its way to the server at the cut may have landed: that job ended on its attempt."""
+        final = final_attempts()
         effects = {(e.job, e.attempt) for e in ledger.entries() if e.kind == "effect"}
-        return all(final.get(j, 0) > a and (j, a) in effects for j, a in held)
+        return all(final.get(j) == a or (final.get(j, 0) > a and (j, a) in effects)
+                   for j, a in held)  # fmt: skip
 
     wait_for(recovered_and_finished_away, alive=[stale, steady], message="recovery elsewhere")
     assert stale.alive, "the partitioned worker died"
-    rows = {row["id"]: row for row in Job.objects.filter(pk__in=[j for j, _ in held]).values()}
+    final = final_attempts()
+    taken = [(job, attempt) for job, attempt in held if final[job] > attempt]
+    assert taken, "every job the host held had completed before the cut: the test proved nothing"
+    rows = {row["id"]: row for row in Job.objects.filter(pk__in=[j for j, _ in taken]).values()}
 
     away.heal()
-    for job, attempt in held:
+    for job, attempt in taken:
         stale.wait_logged(f"job {job} attempt {attempt}: this worker no longer holds the lease")
     assert {row["id"]: row for row in Job.objects.filter(pk__in=rows).values()} == rows
 
-    # The host is back in the fleet: it claims and completes new work.
-    ids += _enqueue(ledger)
-    wait_for(
-        lambda: Job.objects.filter(
-            status=Status.SUCCEEDED, lease_owner=None, pk__in=ids[-BATCH:]
-        ).filter(pk__in=[e.job for e in ledger.entries() if e.owner == stale.worker_id]).exists(),
-        alive=[stale, steady], message="the healed host to complete a new job",
-    )  # fmt: skip
+    # The host is back in the fleet: it claims and completes new work. (The queue is topped up
+    # while it reconnects, so that the other host cannot empty it first.)
+    newest = max(ids)
+
+    def rejoined() -> bool:
+        if not Job.objects.filter(status=Status.READY).exists():
+            ids.extend(_enqueue(ledger, 8))
+        mine = {(e.job, e.attempt) for e in ledger.entries() if e.owner == stale.worker_id}
+        done = Job.objects.filter(pk__gt=newest, status=Status.SUCCEEDED).values_list(
+            "id", "attempt"
+        )
+        return bool(mine & set(done))
+
+    wait_for(rejoined, alive=[stale, steady], message="the healed host to complete a new job")
     wait_all_terminal(timeout=60)
     report = check_invariants(ids, ledger, away.worker_ids)
     print(report)
