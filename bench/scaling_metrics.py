@@ -22,9 +22,9 @@ PostgreSQL, and where the database rather than Python becomes the bottleneck.
   The server's WAL position is read around the enqueue and around the drain: WAL bytes per job
   of each (the whole server's WAL: on a shared server, an upper bound).
 
-  PostgreSQL's share only counts its backends: the WAL writer, the checkpointer and autovacuum
-  are left out (they serve the whole server, and the drain's WAL is flushed by the backends at
-  commit anyway).
+  PostgreSQL's share counts the backends of the bench database: the workers' sessions, and an
+  autovacuum worker while it vacuums that database (part of what the jobs cost). The WAL writer
+  and the checkpointer are left out: they serve the whole server.
 
 PostgreSQL only (several worker processes on one SQLite file are one writer at a time, see
 docs/explanation/sqlite.md): on the SQLite engine system it measures nothing.
