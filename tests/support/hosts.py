@@ -47,7 +47,10 @@ class NamespacesUnavailable(RuntimeError):
 
 
 def ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise RuntimeError(f"ip {' '.join(args)}: no `ip` command (install iproute2)") from None
     if done.returncode:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
