@@ -75,6 +75,11 @@ def _start(host: SimulatedHost, count: int = 1) -> list[RunworkerProcess]:
     return [host.start_worker("--concurrency", SLOTS, name=f"{host.name}{n}") for n in range(count)]
 
 
+def _assert_inside(host: SimulatedHost, workers: list[RunworkerProcess]) -> None:
+    for worker in workers:
+        assert host.hosts(worker), f"{worker!r} is not in the network namespace of {host!r}"
+
+
 def _held(owners: set[str]) -> list[tuple[int, int]]:
     """The (job, attempt) pairs running under a lease of ``owners``."""
     return list(
@@ -117,6 +122,8 @@ def test_a_host_that_vanishes_loses_no_job(
     everyone = lost_workers + kept_workers
     for worker in everyone:
         worker.wait_started()
+    _assert_inside(lost, lost_workers)
+    _assert_inside(kept, kept_workers)
     ids = _enqueue(ledger)
     wait_for(
         lambda: {owner for owner in Job.objects.filter(status=Status.RUNNING).values_list(
@@ -154,6 +161,8 @@ def test_a_partitioned_host_that_comes_back_cannot_overwrite_recovered_jobs(
     (stale,), (steady,) = _start(away), _start(home)
     for worker in (stale, steady):
         worker.wait_started()
+    _assert_inside(away, [stale])
+    _assert_inside(home, [steady])
     ids = _enqueue(ledger)
     wait_for(lambda: _held(away.worker_ids), alive=[stale, steady], message="away to hold jobs")
 

@@ -23,6 +23,7 @@ backend of a vanished host waits for it for hours, holding its locks).
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 import selectors
 import signal
@@ -181,6 +182,11 @@ class SimulatedHost:
         )
         self.workers.append(process)
         return process
+
+    def hosts(self, worker: RunworkerProcess) -> bool:
+        """Whether ``worker`` runs inside this host's network namespace."""
+        namespace = os.stat(f"/run/netns/{self.namespace}").st_ino
+        return os.stat(f"/proc/{worker.pid}/ns/net").st_ino == namespace
 
     @property
     def worker_ids(self) -> set[str]:
