@@ -155,7 +155,10 @@ class SimulatedHost:
         self.log_dir = log_dir
         self.workers: list[RunworkerProcess] = []
         self.relay: Relay | None = None
-        ip("netns", "add", self.namespace)  # the first command: raises if there are no netns
+        try:
+            ip("netns", "add", self.namespace)
+        except RuntimeError as exc:
+            raise NamespacesUnavailable(str(exc)) from exc
         ip("link", "add", self.link, "type", "veth", "peer", "name", peer)
         ip("link", "set", peer, "netns", self.namespace)
         ip("addr", "add", f"{self.host_side}/30", "dev", self.link)
@@ -221,7 +224,10 @@ class SimulatedHost:
 
 def free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.200.0.0/13 that no interface of this machine is on."""
-    taken = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    try:
+        taken = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        raise NamespacesUnavailable("no `ip` command (install iproute2)") from None
     for _ in range(100):
         second, third = random.randint(200, 207), random.randint(0, 255)
         subnet = ipaddress.ip_network(f"10.{second}.{third}.0/24")
@@ -235,19 +241,19 @@ def simulated_hosts(settings_dict: Mapping[str, Any], log_dir: Path) -> Iterator
     """Yield ``add(name) -> SimulatedHost``; every host is destroyed on the way out, even when
     the test failed, and the logs of its workers printed (pytest shows them on failure).
 
-    Raises ``NamespacesUnavailable`` if the first namespace cannot be made.
+    ``add`` raises ``NamespacesUnavailable`` if a namespace cannot be made.
     """
     token = uuid.uuid4().hex[:6]  # unique names per run: a leftover never collides
-    subnet = free_subnet()
+    subnets: list[ipaddress.IPv4Network] = []
     hosts: list[SimulatedHost] = []
 
     def add(name: str) -> SimulatedHost:
+        if not subnets:
+            subnets.append(free_subnet())
         try:
-            host = SimulatedHost(name, token, len(hosts), subnet, settings_dict, log_dir)
-        except RuntimeError as exc:
+            host = SimulatedHost(name, token, len(hosts), subnets[0], settings_dict, log_dir)
+        except RuntimeError:
             _delete(f"wq-{token}-{name}", f"wq{token}{len(hosts)}h")
-            if not hosts and "netns add" in str(exc):
-                raise NamespacesUnavailable(str(exc)) from exc
             raise
         hosts.append(host)
         return host
