@@ -28,6 +28,7 @@ from . import (
     pool_metrics,
     profiling,
     report,
+    scaling_metrics,
     workflow_metrics,
 )
 from .bootstrap import ROOT
@@ -45,6 +46,7 @@ ENGINE_MEASUREMENTS = {
     **flow_metrics.MEASUREMENTS,
     **observability_metrics.MEASUREMENTS,
     **pool_metrics.MEASUREMENTS,
+    **scaling_metrics.MEASUREMENTS,
 }
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",

@@ -109,6 +109,12 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
                            "higher"),
     "pools_noop_processes": ("the same, --pool processes, best concurrency", "jobs/s", "higher"),
     "pools_noop_ratio": ("no-op drain: processes / threads, paired", "ratio", "higher"),
+    **{f"curve_{kind}_{n}{suffix}": (f"{label}, {n} runworker process{'es' * (n > 1)}{what}",
+                                      unit, better)
+       for kind, label in (("noop", "drain of no-ops"), ("io", "drain of 5 ms I/O jobs"))
+       for n in (1, 2, 4, 8)
+       for suffix, what, unit, better in (("", "", "jobs/s", "higher"),
+                                          ("_pg_share", ": PostgreSQL's CPU share", "%", "lower"))},
 }  # fmt: skip
 for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
     METRICS.update(

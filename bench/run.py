@@ -12,6 +12,7 @@
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
+    python bench/run.py --metrics scaling_curve  # 1-8 processes, PostgreSQL vs Python CPU
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -40,7 +41,7 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
-                  "skip_queue_latency", "signals_cost", "pools")  # fmt: skip
+                  "skip_queue_latency", "signals_cost", "pools", "scaling_curve")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
@@ -86,6 +87,9 @@ SIZES = {
     "pools_cpu_ms": 20,  # ... each about this many ms of pure-Python work (calibrated) ...
     "pools_noop": 20_000,  # ... and no-op jobs per drain ...
     "pools_concurrency": 16,  # ... at concurrencies up to this (CPU: 2, 4; no-op: 4, 8, 16)
+    "curve_noop": 20_000,  # no-op jobs per drain of the scaling curve ...
+    "curve_io": 10_000,  # ... 5 ms I/O-bound jobs per drain ...
+    "curve_processes": 8,  # ... by 1, 2, 4 and 8 processes (below 8: 1 and 2 only)
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -96,6 +100,7 @@ QUICK_SIZES = {
     "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10, "flow_jobs": 400,
     "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
     "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
+    "curve_noop": 100, "curve_io": 50, "curve_processes": 2,
 }  # fmt: skip
 
 

@@ -1,5 +1,7 @@
 """The tasks django-workqueue runs in the benchmarks."""
 
+import time
+
 from bench.cancellation import note
 from bench.stamp import stamp
 from django_workqueue import task
@@ -17,6 +19,12 @@ def spin(iterations):
     for n in range(iterations):
         total += n * n % 7
     return total
+
+
+@task(name="bench.io")
+def io(seconds):
+    """An I/O-bound job: it waits ``seconds`` with the interpreter lock released."""
+    time.sleep(seconds)
 
 
 @task(name="bench.cpu")

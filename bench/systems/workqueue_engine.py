@@ -109,10 +109,19 @@ def _timed_spin(spin: Any, iterations: int) -> float:
 
 def client_enqueue_cpu_jobs(n: int, iterations: int, chunk: int = 10_000) -> dict[str, Any]:
     """``n`` CPU-bound jobs (``bench.cpu``, ``iterations`` turns each) through ``enqueue_many``."""
-    task = _tasks().cpu
+    return _enqueue_alike(_tasks().cpu, (iterations,), n, chunk)
+
+
+def client_enqueue_io_jobs(n: int, seconds: float, chunk: int = 10_000) -> dict[str, Any]:
+    """``n`` I/O-bound jobs (``bench.io``: a sleep of ``seconds`` each) through ``enqueue_many``."""
+    return _enqueue_alike(_tasks().io, (seconds,), n, chunk)
+
+
+def _enqueue_alike(task: Any, args: tuple[Any, ...], n: int, chunk: int) -> dict[str, Any]:
+    """``n`` jobs of ``task`` with the same ``args``, in ``enqueue_many`` calls of ``chunk``."""
     started = time.perf_counter()
     for start in range(0, n, chunk):
-        task.enqueue_many([((iterations,), {}) for _ in range(start, min(n, start + chunk))])
+        task.enqueue_many([(args, {}) for _ in range(start, min(n, start + chunk))])
     return {"seconds": time.perf_counter() - started}
 
 
@@ -148,7 +157,12 @@ def client_drain_check(due: int, due_priority: int) -> dict[str, Any]:
         )
     span = drained.aggregate(first=Min("started_at"), last=Max("finished_at"))
     seconds = (span["last"] - span["first"]).total_seconds()
-    return {"rate": due / max(seconds, 1e-9), "seconds": seconds}
+    return {
+        "rate": due / max(seconds, 1e-9),
+        "seconds": seconds,
+        "first": span["first"].timestamp(),
+        "last": span["last"].timestamp(),
+    }
 
 
 def _claim_timer(owner: str) -> Any:

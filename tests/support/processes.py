@@ -113,8 +113,16 @@ class RunworkerProcess:
     """One ``manage.py runworker`` process with its own ``--worker-id`` (the lease owner)."""
 
     def __init__(
-        self, name: str, args: Iterable[str], env: Mapping[str, str], log_dir: Path
+        self,
+        name: str,
+        args: Iterable[str],
+        env: Mapping[str, str],
+        log_dir: Path,
+        *,
+        prefix: Iterable[str] = (),
     ) -> None:
+        """``prefix``: a command the worker is run under, e.g. ``ip netns exec <ns>`` (which
+        execs it in place: the process's pid is the worker's)."""
         self.name = name
         self.worker_id = f"{name}-{uuid.uuid4().hex[:12]}"
         self.args = ["runworker", "--worker-id", self.worker_id, *args]
@@ -122,7 +130,7 @@ class RunworkerProcess:
         self.stderr_path = log_dir / f"{self.worker_id}.stderr"
         with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
             self.popen = subprocess.Popen(
-                [sys.executable, str(MANAGE_PY), *self.args],
+                [*prefix, sys.executable, str(MANAGE_PY), *self.args],
                 cwd=REPO_ROOT,
                 env=dict(env),
                 stdout=stdout,
