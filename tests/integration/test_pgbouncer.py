@@ -15,9 +15,9 @@ from django.db.utils import load_backend
 from django_workqueue import db as drivers
 from django_workqueue.db import driver_for
 from django_workqueue.models import Job
+from testproject.testapp.tasks import record
 from tests.support.pgbouncer import Pooler, admin
 from tests.support.settings import workqueue_settings
-from testproject.testapp.tasks import record
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
 
