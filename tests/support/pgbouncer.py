@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
@@ -143,15 +144,18 @@ def small_pooler() -> Iterator[Pooler]:
     pooler.stop()
 
 
-def admin(admin_url: str, command: str) -> None:
-    """Run ``command`` on the console of the pooler at ``admin_url`` (simple protocol only)."""
+def admin(admin_url: str, command: str) -> list[dict[str, Any]]:
+    """Run ``command`` on the console of the pooler at ``admin_url`` (simple protocol only);
+    return the rows it shows, as dicts."""
     import psycopg
+    from psycopg.rows import dict_row
 
     # A client-side binding cursor sends a query without parameters as a simple query.
     with psycopg.connect(
-        admin_url, autocommit=True, cursor_factory=psycopg.ClientCursor
+        admin_url, autocommit=True, cursor_factory=psycopg.ClientCursor, row_factory=dict_row
     ) as console:
-        console.execute(command)
+        cursor = console.execute(command)
+        return cursor.fetchall() if cursor.description else []
 
 
 def release_server_connections(database: str) -> None:
