@@ -16,7 +16,7 @@ from django_workqueue import db as drivers
 from django_workqueue.db import driver_for
 from django_workqueue.models import Job
 from testproject.testapp.tasks import record
-from tests.support.pgbouncer import Pooler, admin
+from tests.support.pgbouncer import Pooler, admin, console_name
 from tests.support.settings import workqueue_settings
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
@@ -43,7 +43,10 @@ def test_prepared_statements_lost_between_server_connections_name_the_setting(po
         record.enqueue("prepared on the first server connection")
         # The pooler closes that server connection: the next transaction gets a fresh one,
         # where psycopg's prepared statement does not exist.
-        admin(small_pooler.url("pgbouncer"), f"RECONNECT {connection.settings_dict['NAME']}")
+        admin(
+            small_pooler.url("pgbouncer"),
+            f"RECONNECT {console_name(connection.settings_dict['NAME'])}",
+        )
         with pytest.raises(
             ImproperlyConfigured, match=r"WORKQUEUE\['PREPARED_STATEMENTS'\] = False"
         ):
@@ -53,7 +56,10 @@ def test_prepared_statements_lost_between_server_connections_name_the_setting(po
 def test_without_prepared_statements_enqueue_works_on_any_server_connection(pooled, small_pooler):
     with workqueue_settings(DATABASE=pooled, PREPARED_STATEMENTS=False):
         first = record.enqueue("first")
-        admin(small_pooler.url("pgbouncer"), f"RECONNECT {connection.settings_dict['NAME']}")
+        admin(
+            small_pooler.url("pgbouncer"),
+            f"RECONNECT {console_name(connection.settings_dict['NAME'])}",
+        )
         second = record.enqueue("second")
     assert Job.objects.filter(pk__in=[first.pk, second.pk]).count() == 2
 

@@ -140,8 +140,14 @@ def small_pooler() -> Iterator[Pooler]:
     ).start()  # fmt: skip
     yield pooler
     with contextlib.suppress(Exception):  # the test database is dropped after this test
-        admin(pooler.url("pgbouncer"), f"KILL {settings['NAME']}")
+        admin(pooler.url("pgbouncer"), f"KILL {console_name(settings['NAME'])}")
     pooler.stop()
+
+
+def console_name(database: str) -> str:
+    """``database`` as the admin console's commands take it: quoted (tox's test database names
+    have hyphens, which the console reads only inside double quotes)."""
+    return '"' + database.replace('"', '""') + '"'
 
 
 def admin(admin_url: str, command: str) -> list[dict[str, Any]]:
@@ -166,8 +172,8 @@ def release_server_connections(database: str) -> None:
     if not admin_url:
         return
     # KILL drops the database's connections and pauses it; RESUME lets new clients in again.
-    admin(admin_url, f"KILL {database}")
-    admin(admin_url, f"RESUME {database}")
+    admin(admin_url, f"KILL {console_name(database)}")
+    admin(admin_url, f"RESUME {console_name(database)}")
 
 
 def main(command: list[str]) -> int:
