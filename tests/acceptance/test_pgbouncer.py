@@ -51,7 +51,9 @@ def test_a_worker_through_pgbouncer_leaves_no_session_state_on_pooled_connection
     )  # fmt: skip
     worker.wait_started()
     jobs = [record.enqueue(f"plain {n}") for n in range(10)]
-    jobs += [atomic_effect.enqueue("atomic"), progress.enqueue(3), flaky.enqueue(succeed_on=2)]
+    jobs += [progress.enqueue(3), flaky.enqueue(succeed_on=2)]
+    # Two transactions that overlap (the slots run both at once): both server connections serve.
+    jobs += [atomic_effect.enqueue(f"atomic {n}", sleep=1.0) for n in range(2)]
     ids = [job.pk for job in jobs]
     wait_until(
         lambda: Job.objects.filter(pk__in=ids, status="succeeded").count() == len(ids),
