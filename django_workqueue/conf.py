@@ -41,7 +41,8 @@ DEFAULTS: dict[str, Any] = {
     # Use LISTEN/NOTIFY on PostgreSQL for instant wake-ups (polling stays on as a fallback).
     "LISTEN_NOTIFY": True,
     # A DSN for the LISTEN connection when the jobs database goes through a pooler that drops
-    # NOTIFY (PgBouncer in transaction mode). None: the jobs database's own settings.
+    # NOTIFY (PgBouncer in transaction mode); keywords it leaves out come from the jobs
+    # database's settings. None: the jobs database's own settings.
     "LISTEN_DSN": None,
     # On PostgreSQL, run the enqueue statements as server-side prepared statements (parsed and
     # planned once per connection). PgBouncer in transaction mode needs 1.21 or later with

@@ -101,6 +101,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
 else:
     DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
+    # Through PgBouncer in transaction mode (tests/support/pgbouncer.py), as Django advises.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+        "DISABLE_SERVER_SIDE_CURSORS", default=False
+    )
 
 _REALTIME = env("WORKQUEUE_REALTIME", default="database")
 WORKQUEUE = {
@@ -111,6 +115,9 @@ WORKQUEUE = {
     "SCHEDULER_INTERVAL": env.float("WORKQUEUE_SCHEDULER_INTERVAL", default=1.0),
     "SHUTDOWN_GRACE_SECONDS": env.float("WORKQUEUE_GRACE", default=10.0),
     "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
+    # Set when DATABASE_URL goes through a pooler in transaction mode (tests/support/pgbouncer.py).
+    "LISTEN_DSN": env("WORKQUEUE_LISTEN_DSN", default=None),
+    "PREPARED_STATEMENTS": env.bool("WORKQUEUE_PREPARED_STATEMENTS", default=True),
     # Comma-separated; the bad-input tests name a module that fails to import.
     "TASK_MODULES": env.list("WORKQUEUE_TASK_MODULES", default=[]),
     # "database" (default), "channel_layer" (needs REDIS_URL across processes) or "off".

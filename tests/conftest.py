@@ -6,6 +6,7 @@ threads and subprocesses have their own connections and cannot see a test's open
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,8 @@ from django.db import connection, connections, transaction
 from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
 
-pytest_plugins = ["tests.support.jobs_database"]  # the jobs_alias fixture
+# The jobs_alias fixture; small_pooler (a PgBouncer of a test's own).
+pytest_plugins = ["tests.support.jobs_database", "tests.support.pgbouncer"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,12 +33,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if connection.vendor == "postgresql":
+    from tests.support.pgbouncer import ADMIN_ENV
+
+    if connection.vendor != "postgresql":
+        skip = pytest.mark.skip(
+            reason="PostgreSQL only by design (set DATABASE_URL to a postgres://)"
+        )
+        marker = "postgres_only"
+    elif os.environ.get(ADMIN_ENV):
+        skip = pytest.mark.skip(reason="needs the test connection straight to PostgreSQL")
+        marker = "postgres_direct"
+    else:
         return
-    skip = pytest.mark.skip(reason="PostgreSQL only by design (set DATABASE_URL to a postgres://)")
     for item in items:
-        if item.get_closest_marker("postgres_only"):
+        if item.get_closest_marker(marker):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """The test database, set up by pytest-django; through PgBouncer (tests/support/pgbouncer.py)
+    the pooler's server connections to it are closed before pytest-django drops it."""
+    yield
+    from tests.support.pgbouncer import release_server_connections
+
+    if connection.vendor == "postgresql":
+        release_server_connections(connection.settings_dict["NAME"])
 
 
 @pytest.fixture
@@ -78,20 +100,6 @@ def background_worker() -> Iterator[Callable[..., Worker]]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive(), "worker did not stop"
-
-
-@pytest.fixture
-def control_session() -> Iterator[None]:
-    """This session configured as the worker's control session (on PostgreSQL a 2 s
-    ``lock_timeout``): a write that waits for a row lock it should have skipped fails here
-    within seconds, naming the lock, instead of passing once the holder gives up."""
-    from django_workqueue.db import driver_for
-
-    driver_for("default").configure_control_session()
-    yield
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("RESET lock_timeout")
 
 
 @pytest.fixture

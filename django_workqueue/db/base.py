@@ -683,10 +683,6 @@ class Driver(abc.ABC):
 
     # --- sessions and errors ------------------------------------------------------------------
 
-    def configure_control_session(self) -> None:
-        """Session settings for a worker's control connection (run once per connection)."""
-        return None  # optional: vendors that support it override
-
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         """Show ``connection`` (by default this thread's) as ``name`` where the database lists
         its sessions (run once per connection; a database without such a list does nothing)."""

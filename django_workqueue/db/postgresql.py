@@ -21,6 +21,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
@@ -105,6 +106,14 @@ class _Logged:
         self.query = query
 
 
+def _announced_pid(connection: Any) -> int:
+    """The backend pid the server announced when ``connection`` (a psycopg 3 or psycopg2
+    connection) opened: the server's own, or a pooler's stand-in."""
+    info = getattr(connection, "info", None)
+    pid = getattr(info, "backend_pid", None)  # psycopg 3 (psycopg2's info has none)
+    return int(pid if pid is not None else connection.get_backend_pid())
+
+
 # A prepare threshold no statement reaches by repetition.
 _NEVER_BY_COUNT = 2**62
 _PreparedCursor: Any = _prepared_cursor_class()
@@ -130,6 +139,20 @@ _PROGRESS_FROM_V = (
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
+
+# A worker's writes wait at most this long for a row another session holds locked; what they
+# wanted is kept and written on a later pass instead of stalling the worker's control loop.
+LOCK_TIMEOUT = "2s"
+# The condition that sets it, in the first CTE of a write (an uncorrelated subquery: run once,
+# before the statement reads a row, so before any wait), for the rest of the transaction only
+# (set_config's is_local): the outcome's workflow effects written after it in the same
+# transaction are bounded too, and nothing is left on the session, which a transaction pooler
+# would hand to another client.
+_BOUNDED_LOCK_WAITS = f"(SELECT set_config('lock_timeout', '{LOCK_TIMEOUT}', true)) IS NOT NULL"
+# A prepared statement this connection made is not on the server session that runs it, or one
+# of its name is there already: a pooler in transaction mode without prepared-statement support
+# hands each transaction whichever server connection is free.
+_PREPARED_STATEMENT_LOST = frozenset({"26000", "42P05"})
 
 _RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
 # What every claim (plain or batch) writes to a job it leases (``j``), and returns of it in the
@@ -258,7 +281,19 @@ class PostgresDriver(Driver):
         with db.wrap_database_errors:
             cursor = self._prepared_cursor(db)
         wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
-        wrapper.execute(sql, params)
+        try:
+            wrapper.execute(sql, params)
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) in _PREPARED_STATEMENT_LOST:
+                raise ImproperlyConfigured(
+                    f"enqueue's prepared statement was lost between server connections "
+                    f"({str(exc).strip()}): the jobs database {self.alias!r} goes through a "
+                    f"pooler in transaction mode without prepared-statement support (PgBouncer "
+                    f"before 1.21, or max_prepared_statements = 0). Set "
+                    f"WORKQUEUE['PREPARED_STATEMENTS'] = False, or upgrade to PgBouncer 1.22+ "
+                    f"with max_prepared_statements set."
+                ) from exc
+            raise
         return wrapper.fetchone()
 
     @staticmethod
@@ -548,17 +583,19 @@ class PostgresDriver(Driver):
             cursor.execute(sql, params)
             return dict(cursor.fetchall())
 
-    def configure_control_session(self) -> None:
-        # Outcome writes wait at most this long for a row another session holds locked; they
-        # are then kept and retried on a later pass instead of stalling the control loop.
-        with self.connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '2s'")
-
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:
-        # SET takes no statement parameters). PostgreSQL keeps the first 63 bytes.
-        with (connection or self.connection).cursor() as cursor:
-            cursor.execute("SELECT set_config('application_name', %s, false)", [name])
+        # SET takes no statement parameters). PostgreSQL keeps the first 63 bytes. Only on a
+        # server session of this connection's own: a pooler (PgBouncer) answers the startup
+        # with a backend key of its own, not the server's pid, and under transaction pooling
+        # the name would stay on the server connection for whichever client gets it next.
+        db = connection or self.connection
+        db.ensure_connection()
+        with db.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('application_name', %s, false) WHERE pg_backend_pid() = %s",
+                [name, _announced_pid(db.connection)],
+            )
 
     def record_many(
         self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
@@ -574,7 +611,8 @@ class PostgresDriver(Driver):
             f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
             f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
             f"  delay double precision, extra_attempts integer, has_progress boolean, "
-            f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb)), "
+            f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb) "
+            f"  WHERE {_BOUNDED_LOCK_WAITS}), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
@@ -609,7 +647,7 @@ class PostgresDriver(Driver):
         sql = (
             f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
             f"  id bigint, attempt integer, pcurrent bigint, ptotal bigint, pmessage text, "
-            f"  pdetails jsonb)), "
+            f"  pdetails jsonb) WHERE {_BOUNDED_LOCK_WAITS}), "
             f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
             f"written AS (UPDATE {self.table} AS j SET "
             f"progress_current = v.pcurrent, progress_total = v.ptotal, "
@@ -768,10 +806,9 @@ class PostgresDriver(Driver):
     ) -> Listener:
         from ..conf import workqueue_settings as conf
 
-        params = self.connection.get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(key, None)
-        listener = Listener(conf.LISTEN_DSN, params, on_ready, on_abort, name)
+        listener = Listener(
+            listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name
+        )
         listener.start()
         return listener
 
@@ -835,6 +872,21 @@ class PostgresDriver(Driver):
         return None
 
 
+def listen_params(db: BaseDatabaseWrapper, dsn: str | None) -> dict[str, Any]:
+    """psycopg's connection parameters for a LISTEN on ``db``'s database: those of ``dsn``
+    (``WORKQUEUE["LISTEN_DSN"]``), and for every one it leaves out ``db``'s own (so that
+    ``"host=db-primary port=5432"`` reaches the jobs database's name, user and password on the
+    server itself when ``db`` goes through a pooler)."""
+    params = db.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    if dsn:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params.update(conninfo_to_dict(dsn))
+    return params
+
+
 class Listener(threading.Thread):
     """LISTEN on a dedicated autocommit connection, outside Django's per-thread connections.
 
@@ -847,17 +899,14 @@ class Listener(threading.Thread):
 
     def __init__(
         self,
-        dsn: str | None,
         params: dict[str, Any],
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
     ) -> None:
         super().__init__(name="workqueue-listener", daemon=True)
-        self.dsn = dsn
         # The worker's name wins over an application_name of the settings or of LISTEN_DSN.
         self.params = {**params, "application_name": name} if name else params
-        self.dsn_params: dict[str, Any] = {"application_name": name} if name else {}
         self.on_ready = on_ready
         self.on_abort = on_abort
         self.stopping = threading.Event()
@@ -870,10 +919,7 @@ class Listener(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
-                if self.dsn:
-                    self.connection = psycopg.connect(self.dsn, autocommit=True, **self.dsn_params)
-                else:
-                    self.connection = psycopg.connect(**self.params, autocommit=True)
+                self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:
                     self.connection.execute(f"LISTEN {CHANNEL}")
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")

@@ -288,7 +288,6 @@ class Worker:
         connection = connections[self.alias]
         if connection.connection is None or connection.connection is not self._session:
             connection.ensure_connection()
-            self.driver.configure_control_session()
             # Named here too: the connection may predate run() (runworker's check of the tables).
             self.driver.name_session(self.session_name, connection)
             self._session = connection.connection

@@ -10,7 +10,7 @@ The batch: 60 short jobs (2 s leases, each reports once), one reporting ``"\\x00
 reporting counters just beyond bigint (``set_progress`` refuses them with ``ValueError`` in the
 task, which records it), and one reporting every 10 ms for 3 s. On PostgreSQL the test's own
 session holds that last job's row ``SELECT ... FOR UPDATE`` for 8 s from the moment it runs,
-longer than the control session's 2 s ``lock_timeout``; the other 62 jobs must all finish while
+longer than the worker's writes' 2 s ``lock_timeout``; the other 62 jobs must all finish while
 the row is locked, and the locked job once it is released. SQLite has no row locks: there the
 same batch runs without one.
 
@@ -256,7 +256,7 @@ def test_bad_progress_reports_cost_no_outcome(start_worker: StartWorker) -> None
     assert not problems, "\n".join(problems)
 
 
-# PostgreSQL only: a row another session holds `FOR UPDATE` (and the control session's 2 s
+# PostgreSQL only: a row another session holds `FOR UPDATE` (and the worker's writes' 2 s
 # lock_timeout) exists there only; SQLite has one database-wide write lock instead.
 @pytest.mark.postgres_only
 def test_a_row_locked_while_its_job_reports_progress_stalls_nothing(

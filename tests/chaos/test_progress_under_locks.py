@@ -68,7 +68,7 @@ PROGRESS_SECONDS = (0.5, 6.0)
 REPORT_EVERY = 0.01
 REPORTING_JOBS = JOBS // 5
 SLEEP = size(0.04, 0.1)  # the other jobs' bodies
-LOCK_TIMEOUT = 2.0  # the worker's control session (db/postgresql.py)
+LOCK_TIMEOUT = 2.0  # the worker's writes (db/postgresql.py LOCK_TIMEOUT)
 MAX_HOLD = {"postgresql": 5.0, "sqlite": 0.25}  # PostgreSQL: past two LOCK_TIMEOUTs
 # chaos_progress's lease: on PostgreSQL long enough for the longest hold of its row; on SQLite,
 # where a hold stops every renewal alike, the others' 2 s (a shorter tail after a kill).

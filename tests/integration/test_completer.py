@@ -136,7 +136,7 @@ def test_an_outcome_for_a_job_deleted_while_it_ran_is_dropped_with_a_log_line_th
 
 @pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it
 def test_a_locked_row_keeps_its_report_and_outcome_for_later_and_stalls_no_other_job(
-    completer: Completer, hold_row: Callable[[int], threading.Event], control_session: None
+    completer: Completer, hold_row: Callable[[int], threading.Event]
 ) -> None:
     locked, other = claimed_context(JobFactory()), claimed_context(JobFactory())
     for context in (locked, other):

@@ -197,9 +197,7 @@ def test_an_outcome_for_a_deleted_job_is_neither_written_nor_busy():
 
 
 @pytest.mark.postgres_only  # row locks: SQLite locks the whole database, never one row
-def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(
-    hold_row, control_session
-):
+def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(hold_row):
     locked, free = JobFactory(running=True), JobFactory(running=True)
     hold_row(locked.pk)
     recorded = driver().record_many(
@@ -485,3 +483,30 @@ def test_estimate_count_is_the_planners_on_postgresql_and_none_on_sqlite(vendor)
     assert driver.estimate_count(Job.objects.all()) == 20
     estimate = driver.estimate_count(Job.objects.filter(status="ready"))
     assert estimate is not None and 1 <= estimate <= 20
+
+
+@pytest.mark.postgres_only  # lock_timeout and row locks: SQLite locks the whole database
+def test_an_outcome_write_waits_for_a_row_lock_two_seconds_at_most_within_its_transaction(
+    hold_row,
+):
+    """The bound is set by the write itself, for its transaction only (the workflow effects
+    written after it in the same transaction are bounded too): nothing stays on the session,
+    which a transaction pooler would hand to another client."""
+    from django.db import OperationalError, connection
+
+    def lock_timeout() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout")
+            return cursor.fetchone()[0]
+
+    default = lock_timeout()
+    job = JobFactory(running=True)
+    release = hold_row(job.pk)  # held up to 30 s: an unbounded wait would then succeed
+    with pytest.raises(OperationalError) as caught, transaction.atomic():
+        driver().record_many(OWNER, [outcome(job, OutcomeKind.SUCCEEDED, result_json="1")])
+    assert driver().is_lock_timeout(caught.value), caught.value
+    release.set()
+    with transaction.atomic():
+        assert driver().record_many(OWNER, [outcome(job, OutcomeKind.SUCCEEDED, result_json="1")])
+        assert lock_timeout() == "2s"
+    assert (lock_timeout(), Job.objects.get(pk=job.pk).status) == (default, "succeeded")

@@ -14,7 +14,14 @@ from django.test.utils import CaptureQueriesContext
 from django_workqueue.models import Job
 from testproject.testapp.tasks import add
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+# The statements live on a server session: these tests read it (pg_prepared_statements), so
+# they need the test's connection straight to PostgreSQL; through a pooler without
+# prepared-statement support they are lost between transactions (test_pgbouncer.py).
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.postgres_direct,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def prepared_inserts() -> list[tuple[int, int]]:

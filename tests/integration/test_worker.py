@@ -186,6 +186,7 @@ def test_worker_process_row_exists_while_running_and_is_removed_after_stop(backg
 
 
 @pytest.mark.postgres_only  # application_name and pg_stat_activity are PostgreSQL's
+@pytest.mark.postgres_direct  # behind a pooler, sessions are not named (the pooler's are shared)
 def test_every_connection_of_a_worker_carries_its_name(background_worker):
     """Every connection a worker opens is named ``workqueue:<worker id>`` (PostgreSQL's
     ``application_name``), its listener's too: ``pg_stat_activity`` shows which backends are

@@ -82,11 +82,11 @@ def listening() -> Iterator[Any]:
     test database; ``.notifies(timeout=…)`` yields what it hears. PostgreSQL only."""
     import psycopg
 
-    from django_workqueue.db.postgresql import CHANNEL
+    from django_workqueue.conf import workqueue_settings
+    from django_workqueue.db.postgresql import CHANNEL, listen_params
 
-    params = connection.get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
+    # As a worker's listener: straight to the server when the suite goes through a pooler.
+    params = listen_params(connection, workqueue_settings.LISTEN_DSN)
     with psycopg.connect(**params, autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANNEL}")
         yield listener
