@@ -12,6 +12,7 @@
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
+    python bench/run.py --metrics idle_fleet  # what 50 idle workers cost PostgreSQL (issue 17)
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -40,13 +41,13 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
-                  "skip_queue_latency", "signals_cost", "pools")  # fmt: skip
+                  "skip_queue_latency", "signals_cost", "pools", "idle_fleet")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
 # Left out of --quick unless named: at smoke sizes they still take tens of seconds (the pools'
-# eight drains start a worker and its children each).
-NOT_QUICK = ("pools",)
+# eight drains start a worker and its children each; the idle fleet waits out its windows).
+NOT_QUICK = ("pools", "idle_fleet")
 
 SIZES = {
     "enqueue": 5_000,  # jobs per repetition of single enqueue (and of the raw INSERT)
@@ -86,6 +87,9 @@ SIZES = {
     "pools_cpu_ms": 20,  # ... each about this many ms of pure-Python work (calibrated) ...
     "pools_noop": 20_000,  # ... and no-op jobs per drain ...
     "pools_concurrency": 16,  # ... at concurrencies up to this (CPU: 2, 4; no-op: 4, 8, 16)
+    "idle_workers": 50,  # idle runworker processes whose database cost is counted ...
+    "idle_settle": 20,  # ... once all listen and this many seconds have passed ...
+    "idle_seconds": 60,  # ... over this many seconds
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -96,6 +100,7 @@ QUICK_SIZES = {
     "cancel_jitter": 0.2, "fanin": 50, "release_batch": 10, "flow_jobs": 400,
     "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
     "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
+    "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5,
 }  # fmt: skip
 
 

@@ -149,6 +149,9 @@ class Maintainer:
         # lease has run out.
         left = 0.0 if self.leadership.held else self.leadership.seconds_left()
         if not left and self.leadership.hold():
+            if not self.leading:  # taken: what waited for a maintainer is due now
+                for service in (self.promoter, self.reaper, self.scheduler):
+                    service.next_run = min(service.next_run, at)
             # Renewed or taken at ``at`` or later: it holds at least ``seconds`` from ``at``
             # on the database's clock; a tenth is kept for clock drift and the round trip.
             self._held_until = at + seconds * 0.9

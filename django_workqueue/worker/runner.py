@@ -138,6 +138,7 @@ class Worker:
         self._poll_now = True  # the next pass claims: woken, or the first pass
         self._last_poll = time.monotonic()  # the last claim of the slot loop
         self._poll_jitter = 1.0
+        self._claim_deadline = math.inf  # set before each sleep (_sleep_for)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
@@ -327,18 +328,23 @@ class Worker:
             return self._last_poll + interval * self._poll_jitter
         return self._last_poll + self.poll_interval
 
-    def _claims_due(self, now: float) -> bool:
-        """Whether this pass claims: see the module's docstring."""
-        if self._poll_now or self.burst or self.max_jobs is not None:
-            return True
+    def _claim_due_at(self, now: float) -> float:
+        """When the slot loop must claim even without a wake-up (monotonic): the next poll, a
+        filling batch's wait, the end of a backpressure pause, a rate limit freeing a start."""
         retry_at = self.claimer.retry_at
-        due = min(
+        return min(
             self._next_poll(),
             self.batches.wake_at(),
-            self.backpressure.paused_until(now),
-            math.inf if retry_at is None else retry_at,
+            self.backpressure.paused_until(now),  # claims may start again then
+            retry_at if retry_at is not None and retry_at > now else math.inf,
         )
-        return now >= due
+
+    def _claims_due(self, now: float) -> bool:
+        """Whether this pass claims: see the module's docstring. The deadline set before the
+        sleep counts: a pause or a rate limit that has just run out no longer shows one."""
+        if self._poll_now or self.burst or self.max_jobs is not None:
+            return True
+        return now >= min(self._claim_deadline, self._claim_due_at(now))
 
     def _on_progress(self, context: JobContext) -> None:
         if self.completer.report(context):  # otherwise it waits for its turn (progress_due_at)
@@ -377,6 +383,7 @@ class Worker:
         if not self._claims_due(time.monotonic()):
             return 0  # a pass for a renewal or maintenance: nothing says jobs are ready
         self._poll_now = False
+        self._claim_deadline = math.inf
         self._last_poll = time.monotonic()
         self._poll_jitter = random.uniform(0.8, 1.2)  # LISTEN_POLL_INTERVAL's ±20%
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
@@ -422,7 +429,10 @@ class Worker:
         return len(jobs) + batched
 
     def _scale(self) -> None:
+        before = self.concurrency
         scale(self)
+        if self.concurrency > before:  # new slots: claim for them at once
+            self.wake.set()
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues`` for this worker (``worker/claiming.py``)."""
@@ -444,18 +454,15 @@ class Worker:
             return self._error_backoff
         # Never past the next renewal or the next maintenance run: with a long poll interval
         # (NOTIFY does the waking) scheduled jobs must still be promoted on time.
+        now = time.monotonic()
+        self._claim_deadline = self._claim_due_at(now)
         due = min(
-            self._next_poll(),
+            self._claim_deadline,
             self.leases.next_renewal,
             self.maintainer.next_run,
-            self.batches.wake_at(),
-            self.backpressure.paused_until(time.monotonic()),  # claims may start again then
             self.completer.progress_due_at(),  # a throttled progress report's turn
         )
-        retry_at = self.claimer.retry_at
-        if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
-            due = min(due, retry_at)
-        return max(0.0, due - time.monotonic())
+        return max(0.0, due - now)
 
     def _on_ready(self, queue: str | None) -> None:
         """A NOTIFY: ``queue`` has new ready jobs (None: the listener reconnected, poll), or
