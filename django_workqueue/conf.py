@@ -31,8 +31,8 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL while the worker's LISTEN connection is down.
     "POLL_INTERVAL": 1.0,
     # The same while the worker hears NOTIFY (PostgreSQL): every enqueue and release wakes the
-    # workers of its queue, so the poll is only a fallback; jittered by ±20% so that a fleet
-    # does not poll in step. A reconnected listener always polls once at once.
+    # workers of its queue, so the poll is only a fallback; each wait is drawn between this and
+    # 1.5 times this, so that a fleet does not poll in step. A reconnected listener polls at once.
     "LISTEN_POLL_INTERVAL": 60.0,
     # Longest gap between two lease renewals; shorter leases renew at a third of their length.
     "HEARTBEAT_INTERVAL": 10.0,

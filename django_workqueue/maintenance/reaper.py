@@ -38,7 +38,7 @@ _CLAIM_BATCH = 1000
 #: The housekeeping that rides on the reaper (old stats counters, gone workers' rows, expired
 #: idempotency claims) runs at most this often: none of it is urgent, and an idle fleet's
 #: maintainer would otherwise spend three statements on it every reaper interval.
-HOUSEKEEPING_INTERVAL = 60.0
+HOUSEKEEPING_INTERVAL = 300.0
 
 
 class Reaper(Service):

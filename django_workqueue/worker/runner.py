@@ -385,7 +385,7 @@ class Worker:
         self._poll_now = False
         self._claim_deadline = math.inf
         self._last_poll = time.monotonic()
-        self._poll_jitter = random.uniform(0.8, 1.2)  # LISTEN_POLL_INTERVAL's ±20%
+        self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
