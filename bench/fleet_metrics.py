@@ -3,11 +3,13 @@
 * ``idle_fleet`` starts ``idle_workers`` (50) ``runworker --concurrency 1`` processes on an empty
   jobs table, with the library's own intervals (``POLL_INTERVAL`` 1 s, ``REAPER_INTERVAL``
   5 s: the test project's faster ones are put back) and LISTEN/NOTIFY on; waits until every
-  one has its LISTEN connection up, lets the start-up settle (``idle_settle`` seconds: the
-  first heartbeats, the maintainer's first runs), then counts the transactions the database
+  one has its LISTEN connection up, lets the start-up settle (``idle_settle``, 90 s: a whole
+  poll cycle, past every worker's first heartbeat, first lease read and first poll, which
+  would otherwise all fall into the window), then counts the transactions the database
   committed or rolled back over ``idle_seconds`` (``pg_stat_database``'s ``xact_commit +
-  xact_rollback`` of the jobs database, read from another database so the reads do not count;
-  the workers run in autocommit, so each statement outside ``atomic()`` is one transaction).
+  xact_rollback`` of the jobs database over ``idle_seconds``, 120 s, read from another
+  database so the reads do not count; the workers run in autocommit, so each statement outside
+  ``atomic()`` is one transaction).
   The same is measured for a fleet of one (the maintainer alone), which splits the figure
   into the maintainer's share and each other worker's, and gives the figure for 50 workers
   when the server cannot hold 50 (each idle worker holds two connections: its control
