@@ -323,7 +323,9 @@ class Worker:
 
     def _next_poll(self) -> float:
         """When the slot loop polls next without a wake-up (monotonic)."""
-        if self._listening():
+        # Jobs left ready at their flow limit free up when another worker's job of the key
+        # ends, which nothing announces: poll as without NOTIFY until none is held back.
+        if self._listening() and not self.claimer.held:
             interval = max(self.poll_interval, float(conf.LISTEN_POLL_INTERVAL))
             return self._last_poll + interval * self._poll_jitter
         return self._last_poll + self.poll_interval
@@ -356,6 +358,9 @@ class Worker:
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
+        if done:  # a retry without delay is ready again: claim (a process pool claims first)
+            self._poll_now = True
+            self.wake.set()
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
