@@ -21,6 +21,7 @@ from typing import Any
 
 from . import (
     engine_metrics,
+    fleet_metrics,
     flow_metrics,
     metrics,
     observability_metrics,
@@ -47,6 +48,7 @@ ENGINE_MEASUREMENTS = {
     **observability_metrics.MEASUREMENTS,
     **pool_metrics.MEASUREMENTS,
     **scaling_metrics.MEASUREMENTS,
+    **fleet_metrics.MEASUREMENTS,
 }
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",
@@ -210,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     if "profile" in results:
         print("\n" + profiling.render(results["profile"]))
     quick_note = " (quick run: at these sizes the verdicts mean nothing)" if args.quick else ""
-    print(f"\nTargets of issues 3, 8 and 15 measured in this run{quick_note}:")
+    print(f"\nTargets of issues 3, 8, 15 and 17 measured in this run{quick_note}:")
     print(report.targets_table(results["targets"]))
     for name, error in results["errors"].items():
         print(f"\nERROR in {name}: {error.splitlines()[0]}")

@@ -223,6 +223,15 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
          " jobs/s"),
     ]  # fmt: skip
     rows += _engine_targets(results)
+    rows.append(
+        (
+            "issue 17: 50 idle workers ≤ 5 queries/s in total (with NOTIFY)",
+            _median(results, "idle_fleet_50_per_s", wq),
+            5.0,
+            "lower",
+            "/s",
+        )
+    )
     out = []
     for label, measured, target, better, unit in rows:
         met = None

@@ -13,6 +13,7 @@
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
     python bench/run.py --metrics scaling_curve  # 1-8 processes, PostgreSQL vs Python CPU
+    python bench/run.py --metrics idle_fleet  # what 50 idle workers cost PostgreSQL (issue 17)
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -41,13 +42,14 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 # (bench/workflow_metrics.py), on PostgreSQL and SQLite.
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
-                  "skip_queue_latency", "signals_cost", "pools", "scaling_curve")  # fmt: skip
+                  "skip_queue_latency", "signals_cost", "pools", "scaling_curve",
+                  "idle_fleet")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
                *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
 # Left out of --quick unless named: at smoke sizes they still take tens of seconds (the pools'
-# eight drains start a worker and its children each).
-NOT_QUICK = ("pools",)
+# eight drains start a worker and its children each; the idle fleet waits out its windows).
+NOT_QUICK = ("pools", "idle_fleet")
 
 SIZES = {
     "enqueue": 5_000,  # jobs per repetition of single enqueue (and of the raw INSERT)
@@ -90,6 +92,9 @@ SIZES = {
     "curve_noop": 20_000,  # no-op jobs per drain of the scaling curve ...
     "curve_io": 10_000,  # ... 5 ms I/O-bound jobs per drain ...
     "curve_processes": 8,  # ... by 1, 2, 4 and 8 processes (below 8: 1 and 2 only)
+    "idle_workers": 50,  # idle runworker processes whose database cost is counted ...
+    "idle_settle": 90,  # ... once all listen and a poll cycle (60-90 s) has passed ...
+    "idle_seconds": 120,  # ... over this many seconds (two cycles: start-up effects averaged out)
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -101,6 +106,7 @@ QUICK_SIZES = {
     "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
     "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
     "curve_noop": 100, "curve_io": 50, "curve_processes": 2,
+    "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5,
 }  # fmt: skip
 
 

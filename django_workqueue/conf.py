@@ -27,13 +27,27 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 256 * 1024,
     # Upper bound on the JSON-encoded result a task may return, in bytes.
     "MAX_RESULT_BYTES": 256 * 1024,
-    # How often an idle worker looks for work when no wake-up arrives (seconds).
+    # How often an idle worker looks for work when no wake-up arrives (seconds): SQLite, or
+    # PostgreSQL while the worker's LISTEN connection is down.
     "POLL_INTERVAL": 1.0,
+    # The same while the worker hears NOTIFY (PostgreSQL): every enqueue and release wakes the
+    # workers of its queue, so the poll is only a fallback; each wait is drawn between this and
+    # 1.5 times this, so that a fleet does not poll in step. A reconnected listener polls at once.
+    "LISTEN_POLL_INTERVAL": 60.0,
     # Longest gap between two lease renewals; shorter leases renew at a third of their length.
     "HEARTBEAT_INTERVAL": 10.0,
-    # How often each worker runs the reaper (expired leases) at most.
+    # How often a worker with no job marks its WorkerProcess row seen (it has no lease to renew).
+    "IDLE_HEARTBEAT_INTERVAL": 60.0,
+    # One worker per jobs database runs the maintenance services (promoter, reaper, scheduler,
+    # retention): the holder of a lease of this many seconds, renewed at a third of it. When the
+    # holder dies another worker takes over within about this long.
+    "MAINTENANCE_LEASE_SECONDS": 60.0,
+    # While the maintainer hears NOTIFY, its promoter and scheduler sleep until the next
+    # scheduled job or cron tick they know of, at most this long (seconds).
+    "MAINTENANCE_IDLE_INTERVAL": 10.0,
+    # How often the maintainer runs the reaper (expired leases) at most.
     "REAPER_INTERVAL": 5.0,
-    # How often each worker moves scheduled jobs whose time has come to ready: a delayed job
+    # How often the maintainer moves scheduled jobs whose time has come to ready: a delayed job
     # starts within this long of its run_after.
     "PROMOTE_INTERVAL": 1.0,
     # How long SIGTERM waits for running jobs before releasing them back to ready.
@@ -52,8 +66,8 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_BACKOFF_BASE": 2.0,
     "RETRY_BACKOFF_MAX": 3600.0,
     "RETRY_JITTER": 0.1,
-    # How often each worker looks for cron ticks that are due (seconds): a tick fires within
-    # this long of its time, once, whichever worker sees it first.
+    # How often the maintainer looks for cron ticks that are due (seconds): a tick fires within
+    # this long of its time, once (a unique key per tick, whichever worker fires it).
     "SCHEDULER_INTERVAL": 1.0,
     # Cron schedules: name -> {"task", "cron", "timezone", "args", "kwargs", "queue", "enabled",
     # "catch_up"}, synced into the Schedule table at worker start (docs/guides/scheduling.md).

@@ -113,6 +113,8 @@ WORKQUEUE = {
     "POLL_INTERVAL": env.float("WORKQUEUE_POLL_INTERVAL", default=0.5),
     "REAPER_INTERVAL": env.float("WORKQUEUE_REAPER_INTERVAL", default=1.0),
     "SCHEDULER_INTERVAL": env.float("WORKQUEUE_SCHEDULER_INTERVAL", default=1.0),
+    # The acceptance tests' workers hand maintenance over within seconds (tests/support).
+    "MAINTENANCE_LEASE_SECONDS": env.float("WORKQUEUE_MAINTENANCE_LEASE_SECONDS", default=60.0),
     "SHUTDOWN_GRACE_SECONDS": env.float("WORKQUEUE_GRACE", default=10.0),
     "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
     # Set when DATABASE_URL goes through a pooler in transaction mode (tests/support/pgbouncer.py).

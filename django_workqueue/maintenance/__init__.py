@@ -3,8 +3,9 @@ interval, run by the worker between its passes.
 
 Every service is safe to run from any number of workers at once (each row it changes is one
 guarded write), so correctness never depends on a leader; tests call ``run_once()`` directly.
-Fleet-wide bulk work (retention) is still run by one worker at a time, to save the database
-the duplicated effort: the holder of its ``MaintenanceLease`` (``leadership.py``).
+For cost, one worker of the fleet runs them all, the holder of the ``maintenance`` lease
+(``maintainer.py``, ``leadership.py``): fifty idle workers cost the database the maintenance
+queries of one.
 """
 
 from __future__ import annotations

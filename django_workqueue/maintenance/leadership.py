@@ -85,6 +85,22 @@ class Leadership:
         self.held = False
         return bool(deleted)
 
+    def seconds_left(self) -> float:
+        """How long the lease has left by the database's clock (one read, nothing written):
+        0.0 when it is free, expired, or held by ``owner`` (whose ``hold()`` renews it). A
+        would-be holder need not try before then."""
+        row = (
+            MaintenanceLease.objects.using(self.alias)
+            .filter(name=self.name)
+            .annotate(clock=Now())
+            .values_list("owner", "expires_at", "clock")
+            .first()
+        )
+        if row is None or row[0] == self.owner:
+            return 0.0
+        _, expires_at, clock = row
+        return max(0.0, (expires_at - clock).total_seconds())
+
     def holder(self) -> str | None:
         """Who holds the lease now (by the database's clock), or None."""
         row = (

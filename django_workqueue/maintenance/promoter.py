@@ -11,9 +11,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.db.models.functions import Now
+
 from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..db import driver_for
+from ..models import Job
+from ..states import Status
 from . import Service
 
 logger = logging.getLogger("django_workqueue.promoter")
@@ -38,6 +42,22 @@ class Promoter(Service):
         if total:
             logger.debug("promoted %d scheduled job(s) to ready", total)
         return total
+
+    def seconds_to_next(self, now: datetime | None = None) -> float | None:
+        """Seconds until the earliest scheduled job is due by the database's clock (0 or less:
+        due now), or None when no job is scheduled. One read through ``wq_job_scheduled``."""
+        earliest = (
+            Job.objects.using(self.alias)
+            .filter(status=Status.SCHEDULED)
+            .order_by("run_after")
+            .annotate(clock=Now())
+            .values_list("run_after", "clock")
+            .first()
+        )
+        if earliest is None:
+            return None
+        run_after, clock = earliest
+        return (run_after - (clock if now is None else now)).total_seconds()
 
 
 def run_once(now: datetime | None = None, alias: str | None = None) -> int:

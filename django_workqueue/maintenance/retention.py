@@ -1,8 +1,8 @@
 """Retention: finished jobs older than ``WORKQUEUE["RETENTION"]`` are deleted, in batches.
 
 ``RETENTION`` gives days per final status (``{"succeeded": 7, "failed": 30, "cancelled": 7}``
-by default; ``None`` keeps that status forever). One worker of the fleet runs it at a time (a
-``MaintenanceLease``, see ``leadership.py``); ``manage.py workqueue purge`` runs it on demand.
+by default; ``None`` keeps that status forever). The fleet's maintainer runs it
+(``maintainer.py``); ``manage.py workqueue purge`` runs it on demand.
 
 What may be deleted (the rule that keeps workflows whole):
 

@@ -18,7 +18,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import DateTimeField, Q, Value
+from django.db.models import DateTimeField, Value
 from django.db.models.functions import Now
 
 from ..conf import workqueue_settings as conf
@@ -40,6 +40,9 @@ class Scheduler(Service):
         super().__init__(alias, interval)
         self._sync_pending = sync
         self._reported: set[tuple[str, str]] = set()
+        self.seconds_to_next: float | None = None
+        """After a run: seconds until the next tick of an enabled schedule (0: one was due),
+        None when there is none."""
 
     def sync(self) -> None:
         """Sync the declared schedules into the table, once (``schedules.sync_schedules``)."""
@@ -52,18 +55,22 @@ class Scheduler(Service):
         database's clock (tests)."""
         self.sync()  # if it failed at the worker's start (a database not up yet), now
         clock = Now() if now is None else Value(now, output_field=DateTimeField())
-        due = (
-            Schedule.objects.using(self.alias)
-            .filter(Q(next_run_at__lte=clock) | Q(next_run_at__isnull=True), enabled=True)
-            .annotate(clock=clock)
-        )
+        # Every enabled schedule in one read (there are few): the due ones fire, and the others
+        # tell how long nothing will be due (``seconds_to_next``).
+        enabled = Schedule.objects.using(self.alias).filter(enabled=True).annotate(clock=clock)
         fired = 0
-        for schedule in due:
+        waits: list[float] = []
+        for schedule in enabled:
             moment: datetime = schedule.clock
+            if schedule.next_run_at is not None and schedule.next_run_at > moment:
+                waits.append((schedule.next_run_at - moment).total_seconds())
+                continue
+            waits.append(0.0)  # its next tick may be near: look again after one interval
             try:
                 fired += self._fire(schedule, moment)
             except Exception as exc:  # one broken schedule must not stop the others
                 self._report(schedule, f"{type(exc).__name__}: {exc}")
+        self.seconds_to_next = min(waits, default=None)
         return fired
 
     def _fire(self, schedule: Schedule, now: datetime) -> int:

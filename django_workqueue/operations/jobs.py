@@ -13,6 +13,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Now
 
+from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason
 from ..db import Ended, driver_for
@@ -243,12 +244,12 @@ def _redrive_atomic(rows: QuerySet[Job], target: Status, budget: int) -> int:
 def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
     """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
     dependents cancelled because they failed wait again."""
-    picked = list(rows.select_for_update().values_list("id", "workflow_id"))
+    picked = list(rows.select_for_update().values_list("id", "workflow_id", "queue"))
     if not picked:
         return 0
-    ids = [pk for pk, _ in picked]
+    ids = [pk for pk, _, _ in picked]
     # A step redriven while some of its prerequisites are still open waits for them again.
-    waiting = prerequisites_open(rows.db, [pk for pk, wf in picked if wf is not None])
+    waiting = prerequisites_open(rows.db, [pk for pk, wf, _ in picked if wf is not None])
     status: Any = target
     if waiting:
         (blocked,) = transition(Status.FAILED, Status.BLOCKED)
@@ -267,8 +268,18 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
         lease_owner=None,
         lease_expires_at=None,
     )
-    resume(rows.db, picked)
+    resume(rows.db, [(pk, wf) for pk, wf, _ in picked])
+    # Idle workers poll rarely while they hear NOTIFY: tell them (at commit).
+    _announce(rows.db, {queue for pk, _, queue in picked if pk not in waiting})
     return count
+
+
+def _announce(db: str, queues: set[str]) -> None:
+    """Wake the workers of ``queues`` once the caller's transaction commits: NOTIFY for other
+    processes, the in-process wake-up for this one."""
+    if queues:
+        driver_for(db).notify(queues)
+        transaction.on_commit(functools.partial(wakeup.wake, queues), using=db)
 
 
 def _per_job(values: dict[int, int]) -> Any:
@@ -296,12 +307,14 @@ def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     if redriven:
         return OperationResult(action="retried", count=1, message=f"job {job_id} redriven")
     (ready,) = transition(Status.SCHEDULED, Status.READY)
-    if (
-        _jobs(alias)
-        .filter(pk=job_id, status=Status.SCHEDULED)
-        .update(status=ready, run_after=Now(), deadline=_deadline_unless_passed())
-    ):
-        return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
+    scheduled = _jobs(alias).filter(pk=job_id, status=Status.SCHEDULED)
+    with transaction.atomic(using=scheduled.db):
+        queue = scheduled.values_list("queue", flat=True).first()
+        if queue is not None and scheduled.update(
+            status=ready, run_after=Now(), deadline=_deadline_unless_passed()
+        ):
+            _announce(scheduled.db, {queue})
+            return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
     status = _jobs(alias).filter(pk=job_id).values_list("status", flat=True).first()
     if status is None:
         raise Job.DoesNotExist(f"there is no job {job_id}")

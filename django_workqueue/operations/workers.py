@@ -1,7 +1,8 @@
 """The live workers, and changing a worker's slots while it runs.
 
 ``scale_worker`` writes the request into the worker's ``WorkerProcess`` row; the worker reads it
-at its next heartbeat (within ``WORKQUEUE["HEARTBEAT_INTERVAL"]``), applies it and clears it.
+at its next heartbeat (within ``WORKQUEUE["HEARTBEAT_INTERVAL"]``, or ``IDLE_HEARTBEAT_INTERVAL``
+for a worker with no job), applies it and clears it.
 Growing starts slot threads at once; shrinking retires slots as their current jobs end, so no
 running job is interrupted.
 """
@@ -25,11 +26,13 @@ LIVE_AFTER_HEARTBEATS = 3
 
 
 def workers(*, alias: str | None = None) -> QuerySet[WorkerProcess]:
-    """The workers seen within the last three heartbeat intervals, newest first.
+    """The workers seen within the last three heartbeat intervals (of an idle worker, which
+    beats least often: ``IDLE_HEARTBEAT_INTERVAL``), newest first.
 
     >>> [(w.id, w.concurrency, w.queues) for w in operations.workers()]
     """
-    seconds = LIVE_AFTER_HEARTBEATS * float(conf.HEARTBEAT_INTERVAL)
+    beat = max(float(conf.HEARTBEAT_INTERVAL), float(conf.IDLE_HEARTBEAT_INTERVAL))
+    seconds = LIVE_AFTER_HEARTBEATS * beat
     rows = WorkerProcess.objects.using(alias or conf.DATABASE)
     return rows.filter(last_seen_at__gte=Now() - timedelta(seconds=seconds))
 

@@ -37,10 +37,13 @@ class LeaseKeeper:
         self.next_renewal = time.monotonic() + float(conf.HEARTBEAT_INTERVAL)
 
     def interval(self, running: Mapping[int, RunningJob]) -> float:
-        """Renew at a third of the shortest lease, and at least every HEARTBEAT_INTERVAL."""
+        """Renew at a third of the shortest lease, and at least every HEARTBEAT_INTERVAL; with
+        no lease to renew, beat every IDLE_HEARTBEAT_INTERVAL (the registry row only)."""
         shortest = min((r.context.job.lease_seconds for r in running.values()), default=None)
         interval = float(conf.HEARTBEAT_INTERVAL)
-        return interval if shortest is None else min(interval, shortest / 3)
+        if shortest is None:
+            return max(interval, float(conf.IDLE_HEARTBEAT_INTERVAL))
+        return min(interval, shortest / 3)
 
     def schedule(self, running: Mapping[int, RunningJob], now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

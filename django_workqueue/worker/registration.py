@@ -60,10 +60,15 @@ class Registration:
 
         Registers again if the row was pruned while the worker stalled."""
         seen = WorkerProcess.objects.using(self.alias).filter(id=self.worker_id)
+        # The usual beat is one statement: the row has no request. A row it misses has one, or
+        # is gone: a second write and a read tell which (the ORM has no UPDATE ... RETURNING).
+        if seen.filter(requested_concurrency__isnull=True).update(
+            last_seen_at=Now(), running=running
+        ):
+            return None
         if not seen.update(last_seen_at=Now(), running=running):
             self.registered = False
             return None
-        # A second round trip, once per heartbeat: the ORM has no UPDATE ... RETURNING.
         return seen.values_list("requested_concurrency", flat=True).first()
 
     def record_slots(self, concurrency: int, *, requested: int | None = None) -> None:

@@ -1,10 +1,11 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
-reaper, scheduler) and the completion writes on one connection; N slot threads run jobs, one
-connection each; PostgreSQL adds one LISTEN connection. That is the connection budget:
-concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or an autoscaling
-ceiling; see ``slots.py``).
+reaper, scheduler, retention: run by the one worker of the fleet that holds the maintenance
+lease, see ``maintenance/maintainer.py``) and the completion writes on one connection; N slot
+threads run jobs, one connection each; PostgreSQL adds one LISTEN connection. That is the
+connection budget: concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or
+an autoscaling ceiling; see ``slots.py``).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
@@ -12,7 +13,11 @@ as many jobs as there are free slots in another. Under load each round trip carr
 
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
 in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval
-or past the next renewal or maintenance run, so polling always backs up the wake-ups.
+or past the next renewal or maintenance run, so polling always backs up the wake-ups. A pass
+claims only when there is a reason to: a wake-up, a due poll, a filling batch or a rate limit
+coming due, or a full claim just before; a pass for a renewal or maintenance alone claims
+nothing. While the LISTEN connection is up the poll is ``LISTEN_POLL_INTERVAL`` (jittered):
+an idle fleet then costs the database little (docs/explanation/performance.md#idle-fleet).
 
 Every connection the worker opens to the jobs database is named ``workqueue:<worker id>``
 (PostgreSQL's ``application_name``; see ``connections.serving``), so ``pg_stat_activity`` shows
@@ -22,7 +27,9 @@ which backends serve which worker.
 from __future__ import annotations
 
 import logging
+import math
 import queue as queue_module
+import random
 import threading
 import time
 import uuid
@@ -35,10 +42,7 @@ from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
 from ..flow.backpressure import Backpressure
-from ..maintenance.promoter import Promoter
-from ..maintenance.reaper import Reaper
-from ..maintenance.retention import Retention
-from ..maintenance.scheduler import Scheduler
+from ..maintenance.maintainer import RELEASED, Maintainer
 from ..registry import find_task
 from . import shutdown
 from .asyncloop import AsyncLoop
@@ -129,14 +133,12 @@ class Worker:
             self.alias, self.id, self.queues, self.concurrency, queue_slots=queue_slots,
             concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
         )  # fmt: skip
-        self.promoter = Promoter(self.alias, float(conf.PROMOTE_INTERVAL))
-        # A worker never reaps its own leases: it is alive, and one of them may have lapsed only
-        # because another session held the job's row locked (renewals skip locked rows).
-        self.reaper = Reaper(self.alias, float(conf.REAPER_INTERVAL), spare_owner=self.id)
-        # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
-        self.scheduler = Scheduler(self.alias, float(conf.SCHEDULER_INTERVAL), sync=True)
-        # Deletes finished jobs past WORKQUEUE["RETENTION"] while this worker holds its lease.
-        self.retention = Retention(self.alias, owner=self.id)
+        # Promoter, reaper, scheduler, retention: run while this worker holds the fleet's lease.
+        self.maintainer = Maintainer(self.alias, self.id, listening=self._listening)
+        self._poll_now = True  # the next pass claims: woken, or the first pass
+        self._last_poll = time.monotonic()  # the last claim of the slot loop
+        self._poll_jitter = 1.0
+        self._claim_deadline = math.inf  # set before each sleep (_sleep_for)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._drained = False
@@ -166,11 +168,13 @@ class Worker:
                         break
                     free = self.concurrency - self.running_count
                     if claimed and free > 0 and not self._error_backoff:
+                        self._poll_now = True
                         continue  # a full batch came back: more may be waiting
                     if self._error_backoff:  # wake-ups must not cut a backoff short
                         self.stopping.wait(self._backoff_for())
+                        self._poll_now = True
                     else:
-                        self.wake.wait(self._sleep_for())
+                        self._poll_now = self.wake.wait(self._sleep_for())
             finally:
                 signals.worker_event(signals.worker_stopping, self)
                 shutdown.drain_and_stop(self)
@@ -206,7 +210,7 @@ class Worker:
     def _start(self) -> None:
         try:
             self._ensure_session()  # names the session and registers the worker
-            self.scheduler.sync()  # WORKQUEUE["SCHEDULES"] and @task(cron=...) into the table
+            self.maintainer.scheduler.sync()  # WORKQUEUE["SCHEDULES"], @task(cron=...): the table
         except Exception as exc:  # a locked or restarting database: the ticks retry it
             logger.warning("worker %s: could not register or sync yet (%s)", self.id, exc)
             connections[self.alias].close()
@@ -305,13 +309,43 @@ class Worker:
         self._requested = self.registration.beat(running=len(running))
 
     def _maintain(self) -> None:
-        """The maintenance services that are due: scheduled jobs whose time has come become
-        ready, expired leases are reaped, due cron ticks fire, old finished jobs are deleted."""
-        at = time.monotonic()
-        for service in (self.promoter, self.reaper, self.scheduler):
-            if service.run_if_due(at):
-                self.wake.set()  # jobs may be ready: claim them on the next pass
-        self.retention.run_if_due(at)  # one worker of the fleet, by its lease
+        """The maintenance services that are due, if this worker is the fleet's maintainer:
+        scheduled jobs whose time has come become ready, expired leases are reaped, due cron
+        ticks fire, old finished jobs are deleted."""
+        if self.maintainer.run_if_due():
+            self.wake.set()  # jobs may be ready: claim them on the next pass
+
+    def _listening(self) -> bool:
+        """Whether the LISTEN connection is up (NOTIFY wakes this worker)."""
+        connected = getattr(self._listener, "connected", None)
+        return connected is not None and connected.is_set()
+
+    def _next_poll(self) -> float:
+        """When the slot loop polls next without a wake-up (monotonic)."""
+        # Jobs left ready at their flow limit free up when another worker's job of the key
+        # ends, which nothing announces: poll as without NOTIFY until none is held back.
+        if self._listening() and not self.claimer.held:
+            interval = max(self.poll_interval, float(conf.LISTEN_POLL_INTERVAL))
+            return self._last_poll + interval * self._poll_jitter
+        return self._last_poll + self.poll_interval
+
+    def _claim_due_at(self, now: float) -> float:
+        """When the slot loop must claim even without a wake-up (monotonic): the next poll, a
+        filling batch's wait, the end of a backpressure pause, a rate limit freeing a start."""
+        retry_at = self.claimer.retry_at
+        return min(
+            self._next_poll(),
+            self.batches.wake_at(),
+            self.backpressure.paused_until(now),  # claims may start again then
+            retry_at if retry_at is not None and retry_at > now else math.inf,
+        )
+
+    def _claims_due(self, now: float) -> bool:
+        """Whether this pass claims: see the module's docstring. The deadline set before the
+        sleep counts: a pause or a rate limit that has just run out no longer shows one."""
+        if self._poll_now or self.burst or self.max_jobs is not None:
+            return True
+        return now >= min(self._claim_deadline, self._claim_due_at(now))
 
     def _on_progress(self, context: JobContext) -> None:
         if self.completer.report(context):  # otherwise it waits for its turn (progress_due_at)
@@ -323,6 +357,9 @@ class Worker:
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
+        if done:  # a retry without delay is ready again: claim (a process pool claims first)
+            self._poll_now = True
+            self.wake.set()
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
@@ -347,6 +384,12 @@ class Worker:
             return 0  # the children are still importing the project
         if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
             return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
+        if not self._claims_due(time.monotonic()):
+            return 0  # a pass for a renewal or maintenance: nothing says jobs are ready
+        self._poll_now = False
+        self._claim_deadline = math.inf
+        self._last_poll = time.monotonic()
+        self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
@@ -357,7 +400,9 @@ class Worker:
         self._drained = (
             not jobs and running_before == 0 and self.batches.idle and not self.claimer.held
         )
-        if self._drained and self.burst and self.promoter.run_once():
+        # A burst worker promotes for itself, maintainer or not: it must not exit while jobs
+        # are due.
+        if self._drained and self.burst and self.maintainer.promoter.run_once():
             self._drained = False
             self.wake.set()
         now = time.monotonic()
@@ -388,7 +433,10 @@ class Worker:
         return len(jobs) + batched
 
     def _scale(self) -> None:
+        before = self.concurrency
         scale(self)
+        if self.concurrency > before:  # new slots: claim for them at once
+            self.wake.set()
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues`` for this worker (``worker/claiming.py``)."""
@@ -410,23 +458,29 @@ class Worker:
             return self._error_backoff
         # Never past the next renewal or the next maintenance run: with a long poll interval
         # (NOTIFY does the waking) scheduled jobs must still be promoted on time.
+        now = time.monotonic()
+        self._claim_deadline = self._claim_due_at(now)
         due = min(
+            self._claim_deadline,
             self.leases.next_renewal,
-            self.promoter.next_run,
-            self.reaper.next_run,
-            self.scheduler.next_run,
-            self.batches.wake_at(),
-            self.backpressure.paused_until(time.monotonic()),  # claims may start again then
+            self.maintainer.next_run,
             self.completer.progress_due_at(),  # a throttled progress report's turn
         )
-        retry_at = self.claimer.retry_at
-        if retry_at is not None and retry_at > time.monotonic():  # a rate limit frees a start
-            due = min(due, retry_at)
-        return max(0.0, min(self.poll_interval, due - time.monotonic()))
+        return max(0.0, due - now)
 
     def _on_ready(self, queue: str | None) -> None:
-        """A NOTIFY: ``queue`` has new ready jobs (None: the listener reconnected, poll)."""
-        if queue is None or queue in self.queues:
+        """A NOTIFY: ``queue`` has new ready jobs (None: the listener reconnected, poll), or
+        the maintenance lease was released (``RELEASED``).
+
+        Every enqueue notifies its queue, delayed jobs too: the maintainer promotes soon,
+        whichever queues it serves."""
+        if queue == RELEASED:
+            self.maintainer.check_soon()
+            self.wake.set()
+        elif queue is None or queue in self.queues:
+            self.maintainer.promote_soon()
+            self.wake.set()
+        elif self.maintainer.promote_soon():
             self.wake.set()
 
     def _on_abort(self, job_id: int, reason: str) -> None:

@@ -201,8 +201,9 @@ def test_a_partial_batch_runs_once_batch_wait_has_passed(drain):
 
 def test_a_filling_batch_wakes_the_worker_when_its_wait_ends_however_long_the_poll():
     worker = Worker(queues=["default"], poll_interval=60)
-    for service in (worker.promoter, worker.reaper, worker.scheduler):
+    for service in worker.maintainer.services:
         service.next_run = math.inf  # only the heartbeat (10 s) and the batch bound the sleep
+    worker.maintainer.next_check = math.inf
     batch_echo_soon.enqueue("a")  # batch_size=50, batch_wait=0.2
     assert worker._sleep_for() > 1
 

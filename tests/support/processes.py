@@ -30,6 +30,8 @@ MANAGE_PY = REPO_ROOT / "manage.py"
 FAST_SETTINGS = {
     "WORKQUEUE_POLL_INTERVAL": "0.1",
     "WORKQUEUE_REAPER_INTERVAL": "0.2",
+    # A killed maintainer is replaced within 1.5 s, before the jobs' leases of a crash test run out.
+    "WORKQUEUE_MAINTENANCE_LEASE_SECONDS": "1.5",
     "WORKQUEUE_LOG_LEVEL": "INFO",
 }
 

@@ -1,0 +1,196 @@
+"""The fleet's maintainer: one worker per jobs database runs the maintenance services.
+
+The promoter, the reaper, the scheduler and retention are each safe to run from any number of
+workers (every row they change is one guarded write), but each costs the database its queries
+whether or not there is work: fifty idle workers promoting every second are fifty queries a
+second for nothing. So one worker of the fleet runs them, the holder of the ``maintenance``
+lease (a ``MaintenanceLease`` row on the database's clock, ``leadership.py``):
+
+* a worker tries the lease at its first pass, so a lone worker maintains at once;
+* the holder renews it every third of ``WORKQUEUE["MAINTENANCE_LEASE_SECONDS"]`` and runs the
+  services only while its last renewal surely holds;
+* the others read the lease (one SELECT) and come back when it would expire, so a healthy
+  holder costs each of them one read per two thirds of a lease or more, and a crashed holder
+  is replaced within one lease (plus a small jitter);
+* a worker that stops releases the lease at the start of its drain and, on PostgreSQL,
+  announces it (``RELEASED``, a NOTIFY), so the others try at once instead of at the expiry.
+
+While the worker hears NOTIFY (``listening()``), the holder's promoter and scheduler sleep for
+as long as nothing can be due: the promoter until the earliest scheduled job it read, the
+scheduler until the next cron tick, each at least its own interval and at most
+``WORKQUEUE["MAINTENANCE_IDLE_INTERVAL"]``. An enqueue sends a NOTIFY (delayed jobs too), which
+brings the promoter back within ``PROMOTE_INTERVAL`` (``promote_soon``), so a delayed job
+enqueued anywhere still starts within that long of its time. A job made ``scheduled`` by a
+path that sends none (a retry's backoff, a snooze) is promoted within the idle interval at
+worst, and within ``PROMOTE_INTERVAL`` while enqueues keep coming. Without NOTIFY (SQLite, or
+the LISTEN connection down) every service runs on its own interval, as a fleet of one needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+
+from ..conf import workqueue_settings as conf
+from .leadership import Leadership
+from .promoter import Promoter
+from .reaper import Reaper
+from .retention import Retention
+from .scheduler import Scheduler
+
+logger = logging.getLogger("django_workqueue.maintenance")
+
+LEASE_NAME = "maintenance"
+RELEASED = "workqueue:maintenance-released"
+"""The payload of the NOTIFY (on the ready-jobs channel) that says the lease was given up."""
+
+#: The holder renews the lease this many times per lease length.
+RENEWALS_PER_LEASE = 3
+
+
+class Maintainer:
+    """The maintenance services of one worker, run while it holds the fleet's lease.
+
+    >>> maintainer = Maintainer("default", worker_id, listening=lambda: False)
+    >>> maintainer.run_if_due()  # True: jobs may have become ready
+    """
+
+    def __init__(self, alias: str, owner: str, *, listening: Callable[[], bool]) -> None:
+        self.alias = alias
+        self.owner = owner
+        self.listening = listening
+        self.leadership = Leadership(
+            alias, LEASE_NAME, owner=owner, seconds=float(conf.MAINTENANCE_LEASE_SECONDS)
+        )
+        self.promoter = Promoter(alias, float(conf.PROMOTE_INTERVAL))
+        # The holder never reaps its own leases: it is alive, and one of them may have lapsed
+        # only because another session held the job's row locked (renewals skip locked rows).
+        self.reaper = Reaper(alias, float(conf.REAPER_INTERVAL), spare_owner=owner)
+        # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
+        self.scheduler = Scheduler(alias, float(conf.SCHEDULER_INTERVAL), sync=True)
+        self.retention = Retention(alias)  # the fleet's lease covers it
+        self.services = (self.promoter, self.reaper, self.scheduler, self.retention)
+        self.next_check = time.monotonic()  # the first pass tries the lease
+        self.runs = 0
+        """Maintenance runs done as the holder (for tests and logs)."""
+        self._held_until = -math.inf  # monotonic: the last renewal surely holds until then
+        self._promoted_at = -math.inf
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker holds the lease now (by its last renewal)."""
+        return time.monotonic() < self._held_until
+
+    @property
+    def next_run(self) -> float:
+        """When ``run_if_due`` has something to do (monotonic)."""
+        if not self.leading:
+            return min(self.next_check, self._held_until if self.leadership.held else math.inf)
+        return min(self.next_check, *(service.next_run for service in self.services))
+
+    def run_if_due(self, at: float | None = None) -> bool:
+        """Check or renew the lease if it is time, then run the services that are due while
+        holding it; return whether jobs may have become ready."""
+        at = time.monotonic() if at is None else at
+        if at >= self.next_check or (self.leadership.held and not self.leading):
+            self._check(at)
+        if not self.leading:
+            return False
+        listening = self.listening()
+        ready = False
+        if self.promoter.due(at):
+            ready |= self._promote(at, listening) > 0
+            self._ran("promoter")
+        if self.reaper.due(at):
+            ready |= self.reaper.run_if_due(at) > 0
+            self._ran("reaper")
+        if self.scheduler.due(at):
+            ready |= self._schedule(at, listening) > 0
+            self._ran("scheduler")
+        if self.retention.due(at):
+            self.retention.run_if_due(at)
+            self._ran("retention")
+        return ready
+
+    def promote_soon(self) -> bool:
+        """Something may have been scheduled (a NOTIFY): promote within ``PROMOTE_INTERVAL``
+        of the last run instead of at the planned time; return whether that is sooner."""
+        if not self.leading:
+            return False
+        soon = self._promoted_at + self.promoter.interval
+        if soon >= self.promoter.next_run:
+            return False
+        self.promoter.next_run = soon
+        return True
+
+    def check_soon(self) -> None:
+        """The lease was released (a NOTIFY): try it within a moment (jittered, so that the
+        fleet does not ask all at once)."""
+        if not self.leading:
+            self.next_check = min(self.next_check, time.monotonic() + random.uniform(0, 0.5))
+
+    def release(self) -> bool:
+        """Give the lease up (a stopping worker); return whether this worker held it."""
+        self._held_until = -math.inf
+        self.next_check = math.inf
+        released = self.leadership.release()
+        if released:
+            logger.info("%s released the maintenance lease", self.owner)
+        return released
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _check(self, at: float) -> None:
+        seconds = self.leadership.seconds
+        # The holder renews without reading first; the others read, and write only once the
+        # lease has run out.
+        left = 0.0 if self.leadership.held else self.leadership.seconds_left()
+        if not left and self.leadership.hold():
+            if not self.leading:  # taken: what waited for a maintainer is due now
+                for service in (self.promoter, self.reaper, self.scheduler):
+                    service.next_run = min(service.next_run, at)
+            # Renewed or taken at ``at`` or later: it holds at least ``seconds`` from ``at``
+            # on the database's clock; a tenth is kept for clock drift and the round trip.
+            self._held_until = at + seconds * 0.9
+            self.next_check = at + seconds / RENEWALS_PER_LEASE
+            return
+        self._held_until = -math.inf
+        if not left:  # another worker took it first, or took it over from this one
+            left = self.leadership.seconds_left()
+        # Come back when the holder's lease would run out: a live holder has renewed by then.
+        self.next_check = at + max(left, seconds / 20) + random.uniform(0, min(1.0, seconds / 20))
+
+    def _promote(self, at: float, listening: bool) -> int:
+        interval = self.promoter.interval
+        self._promoted_at = at
+        if not listening:  # nothing tells it of new scheduled jobs: every interval
+            return self.promoter.run_if_due(at)
+        wait = self.promoter.seconds_to_next()
+        promoted = 0
+        if wait is not None and wait <= 0:
+            promoted = self.promoter.run_once()
+            wait = interval  # more may come due: look again after one interval
+        self.promoter.next_run = at + self._idle_wait(wait, interval)
+        return promoted
+
+    def _schedule(self, at: float, listening: bool) -> int:
+        if not listening:
+            return self.scheduler.run_if_due(at)
+        fired = self.scheduler.run_once()
+        wait = self.scheduler.seconds_to_next
+        self.scheduler.next_run = at + self._idle_wait(wait, self.scheduler.interval)
+        return fired
+
+    @staticmethod
+    def _idle_wait(wait: float | None, interval: float) -> float:
+        """How long a service may sleep: until ``wait`` (None: nothing known is coming), at
+        least its ``interval``, at most the idle interval."""
+        longest = max(interval, float(conf.MAINTENANCE_IDLE_INTERVAL))
+        return min(longest, max(interval, longest if wait is None else wait))
+
+    def _ran(self, service: str) -> None:
+        self.runs += 1
+        logger.debug("%s ran the %s as the fleet's maintainer", self.owner, service)
