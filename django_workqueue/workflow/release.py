@@ -30,6 +30,7 @@ from .. import signals, wakeup
 from ..db import Driver, Ended, Outcome, Recorded, driver_for
 from ..exceptions import DependencyFailed
 from ..models import Dependency, Job, Workflow
+from ..outcomes import OutcomeKind
 from ..states import RunCondition, Status, WorkflowStatus, transition
 from ..stats import counters as stats_counters
 from . import conditions
@@ -50,7 +51,30 @@ def record(
         signals.outcomes_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)
         stats_counters.count(driver, owner, outcomes, recorded)  # one statement a batch
+        _announce_returns(driver, outcomes, recorded)
     return recorded
+
+
+# Outcomes that put their job back in line: ready again (released at shutdown) or scheduled
+# for later (a retry's backoff, a snooze).
+_RETURNING = frozenset({OutcomeKind.RETRY, OutcomeKind.SNOOZE, OutcomeKind.RELEASE})
+
+
+def _announce_returns(driver: Driver, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    """NOTIFY the queues of jobs that went back in line: idle workers poll rarely while they
+    listen, and the fleet's maintainer sleeps until the earliest scheduled job it knows of, so a
+    released job is claimed at once and a retry is promoted on time (one statement, only in a
+    batch that has such outcomes; a failure whose attempts are spent wakes its queue for
+    nothing)."""
+    queues = {
+        outcome.queue
+        for outcome in outcomes
+        if outcome.kind in _RETURNING
+        and outcome.queue
+        and (outcome.job_id, outcome.attempt) in recorded.written
+    }
+    if queues:  # other processes; in this one, the writing worker's next pass claims
+        driver.notify(queues)
 
 
 def after_recorded(alias: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:

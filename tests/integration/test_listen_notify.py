@@ -16,7 +16,7 @@ from psycopg.conninfo import make_conninfo
 
 from django_workqueue import wakeup
 from django_workqueue.worker.runner import Worker
-from testproject.testapp.tasks import add, record, send_mail
+from testproject.testapp.tasks import add, atomic_effect, record, send_mail
 from tests.support.database import fresh
 from tests.support.settings import workqueue_settings
 from tests.support.waiting import wait_until
@@ -75,6 +75,20 @@ def test_notify_wakes_an_idle_worker(background_worker, notifications):
         wait_until(lambda job=job: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
         assert fresh(job).result == 2 * n
     assert notifications.count("default") >= 3
+
+
+@workqueue_settings(**{**IDLE, "PROMOTE_INTERVAL": 0.2, "MAINTENANCE_IDLE_INTERVAL": 60})
+def test_a_retry_is_announced_so_the_sleeping_maintainer_promotes_it_on_time(
+    background_worker, notifications
+):
+    # The maintainer's promoter sleeps until the earliest scheduled job it knows of (none
+    # while the first attempt runs: up to MAINTENANCE_IDLE_INTERVAL). Writing the retry (due
+    # after its ~2 s backoff) sends a NOTIFY, which makes the promoter look again: the second
+    # attempt starts seconds later, not a minute later.
+    start_idle_worker(background_worker, notifications)
+    job = atomic_effect.enqueue(fail=True, sleep=1.0)
+
+    wait_until(lambda: fresh(job).attempt >= 2, timeout=WAKE_TIMEOUT + 2)
 
 
 @workqueue_settings(**IDLE)
