@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -346,6 +346,17 @@ class Expired:
     queue: str
 
 
+def spare(
+    jobs: QuerySet[Job], owner: str | None, ids: Collection[int] | None = None
+) -> QuerySet[Job]:
+    """``jobs`` but those of lease owner ``owner`` (all of them, or only ``ids`` when given)."""
+    if owner is None:
+        return jobs
+    if ids is None:
+        return jobs.exclude(lease_owner=owner)
+    return jobs.exclude(lease_owner=owner, id__in=list(ids))
+
+
 class Driver(abc.ABC):
     """Vendor SQL for one database alias: the statements of the hot path, one class per vendor.
 
@@ -641,17 +652,24 @@ class Driver(abc.ABC):
     # --- maintenance --------------------------------------------------------------------------
 
     def expired_leases(
-        self, limit: int, now: datetime | None = None, spare_owner: str | None = None
+        self,
+        limit: int,
+        now: datetime | None = None,
+        spare_owner: str | None = None,
+        spare_ids: Collection[int] | None = None,
     ) -> list[Expired]:
         """Running jobs whose lease expired, oldest id first, up to ``limit``, locked until the
         caller's transaction ends. Rows another session holds locked are skipped (a long
         transaction that called cancel_job must not stall every reaper); SQLite, which has no
-        row locks, holds its write lock instead (BEGIN IMMEDIATE)."""
-        candidates = Job.objects.using(self.alias).filter(
-            status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
+        row locks, holds its write lock instead (BEGIN IMMEDIATE). ``spare_owner``'s jobs are
+        left alone: all of them, or only ``spare_ids`` when given (see ``Reaper``)."""
+        candidates = spare(
+            Job.objects.using(self.alias).filter(
+                status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
+            ),
+            spare_owner,
+            spare_ids,
         )
-        if spare_owner is not None:
-            candidates = candidates.exclude(lease_owner=spare_owner)
         rows = (
             candidates.order_by("id")
             .select_for_update(skip_locked=True)

@@ -872,6 +872,11 @@ class PostgresDriver(Driver):
         return None
 
 
+_LISTEN_KEEPALIVES = {
+    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+}  # fmt: skip
+
+
 def listen_params(db: BaseDatabaseWrapper, dsn: str | None) -> dict[str, Any]:
     """psycopg's connection parameters for a LISTEN on ``db``'s database: those of ``dsn``
     (``WORKQUEUE["LISTEN_DSN"]``), and for every one it leaves out ``db``'s own (so that
@@ -884,6 +889,12 @@ def listen_params(db: BaseDatabaseWrapper, dsn: str | None) -> dict[str, Any]:
         from psycopg.conninfo import conninfo_to_dict
 
         params.update(conninfo_to_dict(dsn))
+    # A connection that dies without a word (a NAT or firewall dropping it) fails within about
+    # a minute instead of the system's two hours: until then the worker believes it hears
+    # NOTIFY and polls only every LISTEN_POLL_INTERVAL. Settings of the DSN or of the
+    # database's OPTIONS win.
+    for key, value in _LISTEN_KEEPALIVES.items():
+        params.setdefault(key, value)
     return params
 
 
@@ -933,6 +944,9 @@ class Listener(threading.Thread):
                 self.connected.clear()
                 if self.stopping.is_set():
                     break
+                # Deaf now: the worker must poll at POLL_INTERVAL, not sleep out the long poll
+                # it chose while it could hear (and it polls once more when this reconnects).
+                self.on_ready(None)
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, backoff)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -32,7 +32,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ..conf import workqueue_settings as conf
 from .leadership import Leadership
@@ -58,7 +58,14 @@ class Maintainer:
     >>> maintainer.run_if_due()  # True: jobs may have become ready
     """
 
-    def __init__(self, alias: str, owner: str, *, listening: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        alias: str,
+        owner: str,
+        *,
+        listening: Callable[[], bool],
+        running: Callable[[], Collection[int]] | None = None,
+    ) -> None:
         self.alias = alias
         self.owner = owner
         self.listening = listening
@@ -66,9 +73,13 @@ class Maintainer:
             alias, LEASE_NAME, owner=owner, seconds=float(conf.MAINTENANCE_LEASE_SECONDS)
         )
         self.promoter = Promoter(alias, float(conf.PROMOTE_INTERVAL))
-        # The holder never reaps its own leases: it is alive, and one of them may have lapsed
-        # only because another session held the job's row locked (renewals skip locked rows).
-        self.reaper = Reaper(alias, float(conf.REAPER_INTERVAL), spare_owner=owner)
+        # The holder never reaps the jobs it still runs: it is alive, and one of their leases
+        # may have lapsed only because another session held the row locked (renewals skip
+        # locked rows). ``running`` says which those are; a job of its own that it dropped is
+        # reaped as any other worker's (no other worker reaps while it holds the lease).
+        self.reaper = Reaper(
+            alias, float(conf.REAPER_INTERVAL), spare_owner=owner, spare_ids=running
+        )
         # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
         self.scheduler = Scheduler(alias, float(conf.SCHEDULER_INTERVAL), sync=True)
         self.retention = Retention(alias)  # the fleet's lease covers it

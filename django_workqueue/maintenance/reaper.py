@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -21,6 +22,7 @@ from django.db.models.functions import Now
 from .. import signals, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
+from ..db.base import spare
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -44,26 +46,40 @@ HOUSEKEEPING_INTERVAL = 300.0
 class Reaper(Service):
     name = "reaper"
 
-    def __init__(self, alias: str, interval: float, spare_owner: str | None = None) -> None:
+    def __init__(
+        self,
+        alias: str,
+        interval: float,
+        spare_owner: str | None = None,
+        spare_ids: Callable[[], Collection[int]] | None = None,
+    ) -> None:
         super().__init__(alias, interval)
         self.spare_owner = spare_owner
-        """A lease owner whose jobs this reaper leaves alone (the worker running it)."""
+        """A lease owner whose jobs this reaper leaves alone (the worker running it)..."""
+        self.spare_ids = spare_ids
+        """... only those it still runs, when given: a job that worker dropped (a claim whose
+        answer was lost, a slot that failed before the job began) is reaped like any other."""
         self._next_housekeeping = 0.0  # monotonic; the first run does it
 
     def run_once(self, now: datetime | None = None) -> int:
         """Reap expired leases once; return how many jobs were reaped."""
         driver = driver_for(self.alias)
-        any_expired = Job.objects.using(self.alias).filter(
-            status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
+        spared = self.spare_ids() if self.spare_ids is not None else None
+        any_expired = spare(
+            Job.objects.using(self.alias).filter(
+                status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
+            ),
+            self.spare_owner,
+            spared,
         )
-        if self.spare_owner is not None:
-            any_expired = any_expired.exclude(lease_owner=self.spare_owner)
         if not any_expired.exists():  # the usual answer, without a transaction
             self._housekeeping(driver, now)
             return 0
         with transaction.atomic(using=self.alias):
             # Locked until the writes commit.
-            expired = driver.expired_leases(_BATCH, now, spare_owner=self.spare_owner)
+            expired = driver.expired_leases(
+                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared
+            )
             reaped: list[Expired] = []
             ended: list[Ended] = []
             outcomes: list[Outcome] = []

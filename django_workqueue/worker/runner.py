@@ -134,7 +134,9 @@ class Worker:
             concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
         )  # fmt: skip
         # Promoter, reaper, scheduler, retention: run while this worker holds the fleet's lease.
-        self.maintainer = Maintainer(self.alias, self.id, listening=self._listening)
+        self.maintainer = Maintainer(
+            self.alias, self.id, listening=self._listening, running=self._running_ids
+        )
         self._poll_now = True  # the next pass claims: woken, or the first pass
         self._last_poll = time.monotonic()  # the last claim of the slot loop
         self._poll_jitter = 1.0
@@ -162,7 +164,6 @@ class Worker:
             self._start()
             try:
                 while not self.stopping.is_set():
-                    self.wake.clear()
                     claimed = self._tick()
                     if self._finished_work(claimed):
                         break
@@ -174,7 +175,11 @@ class Worker:
                         self.stopping.wait(self._backoff_for())
                         self._poll_now = True
                     else:
+                        # Cleared only once seen: a wake-up that comes after a wait timed out
+                        # stays set for the next wait, never cleared unseen.
                         self._poll_now = self.wake.wait(self._sleep_for())
+                        if self._poll_now:
+                            self.wake.clear()
             finally:
                 signals.worker_event(signals.worker_stopping, self)
                 shutdown.drain_and_stop(self)
@@ -314,6 +319,11 @@ class Worker:
         ticks fire, old finished jobs are deleted."""
         if self.maintainer.run_if_due():
             self.wake.set()  # jobs may be ready: claim them on the next pass
+
+    def _running_ids(self) -> set[int]:
+        """The jobs this worker runs now (its reaper spares their leases)."""
+        with self._lock:
+            return set(self._running)
 
     def _listening(self) -> bool:
         """Whether the LISTEN connection is up (NOTIFY wakes this worker)."""

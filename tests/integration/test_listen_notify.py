@@ -155,3 +155,16 @@ def test_a_listener_on_its_own_dsn_carries_the_worker_name_too(background_worker
     assert "from-the-dsn" not in listener_names()
     job = record.enqueue("woken")  # polling every 30 s: NOTIFY wakes it through that listener
     wait_until(lambda: fresh(job).status == "succeeded", timeout=WAKE_TIMEOUT)
+
+
+def test_the_listener_detects_a_silently_dead_connection_within_a_minute():
+    # TCP keepalives on the LISTEN connection (libpq's keepalives*), unless the settings give
+    # their own: a connection a NAT dropped fails within about a minute, and the worker goes
+    # back to polling every POLL_INTERVAL instead of trusting NOTIFY it can no longer hear.
+    from django_workqueue.db.postgresql import listen_params
+
+    params = listen_params(connection, None)
+    assert (params["keepalives"], params["keepalives_idle"]) == (1, 30)
+    assert params["keepalives_interval"] * params["keepalives_count"] <= 30
+
+    assert listen_params(connection, "keepalives_idle=5")["keepalives_idle"] == "5"

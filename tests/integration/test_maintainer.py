@@ -244,3 +244,37 @@ def test_retry_job_and_redrive_wake_the_workers_of_the_jobs_queue(mail_woken):
     mail_woken.clear()
     redrive([JobFactory(queue="mail", failed=True).pk])
     assert mail_woken.is_set()
+
+
+def test_the_maintainers_reaper_reaps_its_own_dropped_jobs_but_not_those_it_runs():
+    # Only the maintainer reaps: a job of its own that it dropped (a claim whose answer was
+    # lost, a slot that failed before the job began) must not wait for its lease to move on.
+    held = maintainer("w1")
+    held.run_if_due()
+    assert holder() == "w1"
+    running, dropped, other = (
+        JobFactory(expired=True, lease_owner=owner) for owner in ("w1", "w1", "w2")
+    )
+    reaper = Maintainer(
+        "default", "w1", listening=lambda: False, running=lambda: {running.pk}
+    ).reaper
+
+    assert reaper.run_once() == 2
+
+    statuses = dict(Job.objects.values_list("pk", "status"))
+    assert statuses[running.pk] == "running"  # its lease lapsed under a lock, say: spared
+    assert statuses[dropped.pk] != "running" and statuses[other.pk] != "running"
+
+
+@pytest.mark.django_db(transaction=True)
+@workqueue_settings(REAPER_INTERVAL=0.2)
+def test_a_maintaining_worker_reaps_a_job_of_its_own_it_dropped(background_worker):
+    worker = background_worker(concurrency=1)
+    wait_until(lambda: holder() == worker.id, message="the worker to take the lease")
+    job = JobFactory(expired=True, lease_owner=worker.id)  # leased to it, unknown to it
+
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).status != "running",
+        timeout=15,
+        message="the maintainer to reap its own dropped job",
+    )
