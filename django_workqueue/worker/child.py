@@ -64,7 +64,9 @@ class _Parent:
         self._send_lock = threading.Lock()
         self._abort_lock = threading.Lock()
         self._current: Any = None  # the running job's JobContext
-        self._early: dict[int, str] = {}  # aborts that arrived before their job began here
+        # Aborts that arrived before their attempt began here, by (job id, attempt): one that
+        # arrives after its attempt ended must not stop a later attempt of the same job.
+        self._early: dict[tuple[int, int], str] = {}
 
     def send(self, message: list[Any]) -> None:
         with self._send_lock:
@@ -104,7 +106,7 @@ class _Parent:
         """``context``'s job runs now: an abort sent for it before this point applies."""
         with self._abort_lock:
             self._current = context
-            reason = self._early.pop(context.job.id, None)
+            reason = self._early.pop((context.job.id, context.job.attempt), None)
             self._early.clear()  # any other was for a job that is over
         if reason is not None:
             context.abort(AbortReason(reason))
@@ -120,15 +122,15 @@ class _Parent:
             except (EOFError, OSError):
                 os._exit(0)  # the worker is gone: so is the job's lease; stop at once
             if message[0] == "abort":
-                self._abort(message[1], message[2])
+                self._abort(message[1], message[2], message[3])
 
-    def _abort(self, job_id: int, reason: str) -> None:
+    def _abort(self, job_id: int, attempt: int, reason: str) -> None:
         with self._abort_lock:
             context = self._current
-            if context is None or context.job.id != job_id:
+            if context is None or (context.job.id, context.job.attempt) != (job_id, attempt):
                 # The worker sends a job, then may abort it at once: the abort can overtake
                 # the job, which then begins aborted.
-                self._early[job_id] = reason
+                self._early[(job_id, attempt)] = reason
                 return
         context.abort(AbortReason(reason))
 

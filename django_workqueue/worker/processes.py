@@ -172,9 +172,9 @@ class Child:
             return False
         return True
 
-    def abort(self, job_id: int, reason: str) -> bool:
-        """Ask the child to abort the job it runs (or is about to)."""
-        return self.send(["abort", job_id, reason], self.control)
+    def abort(self, job_id: int, attempt: int, reason: str) -> bool:
+        """Ask the child to abort this attempt of a job, which it runs (or is about to)."""
+        return self.send(["abort", job_id, attempt, reason], self.control)
 
     def how_it_died(self) -> str:
         """How the (ended) process ended: its signal or its exit code."""
@@ -307,7 +307,7 @@ class ProcessSlot:
                 child.kill()
                 raise _Ended(None)
             if context.abort_reason is not None and not forwarded:
-                forwarded = child.abort(job.id, context.abort_reason.value)
+                forwarded = child.abort(job.id, job.attempt, context.abort_reason.value)
             if hard_timeout is not None and time.monotonic() - started >= hard_timeout:
                 logger.warning(
                     "job %s (%s): past its hard timeout of %ss; killing its process %s",

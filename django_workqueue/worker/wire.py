@@ -9,7 +9,7 @@ prefixed by its length (``Channel``). Job arguments and results stay the JSON te
 holds; only the fields around them are converted here.
 
 worker -> child, job channel: ``["run", job, owner, connection generation, measure memory]``,
-``["exit"]``; control channel: ``["abort", job_id, reason]``
+``["exit"]``; control channel: ``["abort", job_id, attempt, reason]``
 child -> worker, job channel: ``["ready", pid]``, ``["progress", job_id, report]``,
 ``["done", job_id, outcome or null, pending, resident bytes or null]``
 """

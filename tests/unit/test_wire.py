@@ -160,8 +160,8 @@ def test_a_child_measures_its_memory_only_when_asked(pair):
 
 
 class _Context:
-    def __init__(self, job_id):
-        self.job = SimpleNamespace(id=job_id)
+    def __init__(self, job_id, attempt=1):
+        self.job = SimpleNamespace(id=job_id, attempt=attempt)
         self.reasons = []
 
     def abort(self, reason):
@@ -171,8 +171,8 @@ class _Context:
 def test_an_abort_that_overtakes_its_job_applies_when_the_job_begins(pair):
     _, theirs = pair
     parent = _Parent(theirs, theirs)
-    parent._abort(4, "cancel_requested")  # the worker sent the job, then at once its abort
-    parent._abort(3, "timeout")  # for a job that is over
+    parent._abort(4, 1, "cancel_requested")  # the worker sent the job, then at once its abort
+    parent._abort(3, 1, "timeout")  # for a job that is over
 
     overtaken, later = _Context(4), _Context(5)
     parent.begin(overtaken)
@@ -189,7 +189,21 @@ def test_an_abort_reaches_the_running_job_at_once(pair):
     running = _Context(8)
     parent.begin(running)
 
-    parent._abort(8, "cancel_requested")
-    parent._abort(7, "cancel_requested")  # not this job's
+    parent._abort(8, 1, "cancel_requested")
+    parent._abort(7, 1, "cancel_requested")  # not this job's
 
     assert [reason.value for reason in running.reasons] == ["cancel_requested"]
+
+
+def test_an_abort_that_arrives_after_its_attempt_ended_spares_the_next_attempt(pair):
+    _, theirs = pair
+    parent = _Parent(theirs, theirs)
+    first = _Context(6, attempt=1)
+    parent.begin(first)
+    parent.end()
+    parent._abort(6, 1, "timeout")  # sent while attempt 1 ran, read after it ended
+
+    retry = _Context(6, attempt=2)  # the same job, retried in this child
+    parent.begin(retry)
+
+    assert first.reasons == [] and retry.reasons == []
