@@ -89,6 +89,7 @@ class Maintainer:
         """Maintenance runs done as the holder (for tests and logs)."""
         self._held_until = -math.inf  # monotonic: the last renewal surely holds until then
         self._promoted_at = -math.inf
+        self._promote_asked = False
 
     @property
     def leading(self) -> bool:
@@ -131,6 +132,7 @@ class Maintainer:
         of the last run instead of at the planned time; return whether that is sooner."""
         if not self.leading:
             return False
+        self._promote_asked = True  # seen by a promotion running now (_promote)
         soon = self._promoted_at + self.promoter.interval
         if soon >= self.promoter.next_run:
             return False
@@ -177,6 +179,7 @@ class Maintainer:
     def _promote(self, at: float, listening: bool) -> int:
         interval = self.promoter.interval
         self._promoted_at = at
+        self._promote_asked = False
         if not listening:  # nothing tells it of new scheduled jobs: every interval
             return self.promoter.run_if_due(at)
         wait = self.promoter.seconds_to_next()
@@ -185,6 +188,8 @@ class Maintainer:
             promoted = self.promoter.run_once()
             wait = interval  # more may come due: look again after one interval
         self.promoter.next_run = at + self._idle_wait(wait, interval)
+        if self._promote_asked:  # a NOTIFY came while this ran: what it announced may be unread
+            self.promoter.next_run = min(self.promoter.next_run, at + interval)
         return promoted
 
     def _schedule(self, at: float, listening: bool) -> int:

@@ -187,6 +187,23 @@ def test_while_listening_the_maintainers_promoter_sleeps_until_the_next_job_and_
         assert not listening.promote_soon()  # already that soon
 
 
+def test_a_notify_heard_while_the_promoter_runs_is_not_slept_through(monkeypatch):
+    with workqueue_settings(MAINTENANCE_IDLE_INTERVAL=10.0, PROMOTE_INTERVAL=1.0):
+        listening = Maintainer("default", "a", listening=lambda: True)
+        listening.run_if_due(time.monotonic())  # holds the lease now
+        promoter = listening.promoter
+
+        def notified_meanwhile(now=None):  # the listener thread, during the promoter's read
+            listening.promote_soon()
+            return None  # read before the announced job was committed: nothing scheduled
+
+        monkeypatch.setattr(promoter, "seconds_to_next", notified_meanwhile)
+        at = time.monotonic()
+        listening._promote(at, listening=True)
+
+        assert promoter.next_run - at == pytest.approx(1.0)  # not MAINTENANCE_IDLE_INTERVAL
+
+
 def test_an_idle_heartbeat_is_one_statement():
     registration = Registration("default", "w", ["default"], 1)
     registration.register()
