@@ -182,6 +182,7 @@ class Maintainer:
         self._promote_asked = False
         if not listening:  # nothing tells it of new scheduled jobs: every interval
             return self.promoter.run_if_due(at)
+        self.promoter.next_run = at + interval  # if a query below fails: again after this
         wait = self.promoter.seconds_to_next()
         promoted = 0
         if wait is not None and wait <= 0:
@@ -195,6 +196,7 @@ class Maintainer:
     def _schedule(self, at: float, listening: bool) -> int:
         if not listening:
             return self.scheduler.run_if_due(at)
+        self.scheduler.next_run = at + self.scheduler.interval  # if the run below fails
         fired = self.scheduler.run_once()
         wait = self.scheduler.seconds_to_next
         self.scheduler.next_run = at + self._idle_wait(wait, self.scheduler.interval)

@@ -204,6 +204,22 @@ def test_a_notify_heard_while_the_promoter_runs_is_not_slept_through(monkeypatch
         assert promoter.next_run - at == pytest.approx(1.0)  # not MAINTENANCE_IDLE_INTERVAL
 
 
+def test_a_failing_promoter_tries_again_after_its_interval_not_at_every_pass(monkeypatch):
+    with workqueue_settings(MAINTENANCE_IDLE_INTERVAL=10.0, PROMOTE_INTERVAL=1.0):
+        listening = Maintainer("default", "a", listening=lambda: True)
+        listening.run_if_due(time.monotonic())
+
+        def broken(now=None):
+            raise RuntimeError("the promoter's query failed")
+
+        monkeypatch.setattr(listening.promoter, "seconds_to_next", broken)
+        at = time.monotonic()
+        with pytest.raises(RuntimeError):
+            listening._promote(at, listening=True)
+
+        assert listening.promoter.next_run - at == pytest.approx(1.0)  # not due at every pass
+
+
 def test_an_idle_heartbeat_is_one_statement():
     registration = Registration("default", "w", ["default"], 1)
     registration.register()
