@@ -128,6 +128,7 @@ def test_listener_reconnects_after_its_backend_is_killed(background_worker, noti
     assert "default" in notifications[notifications.index(None, 1) :]
 
 
+@pytest.mark.postgres_direct  # its DSN is the test's own: LISTEN must reach the server itself
 def test_a_listener_on_its_own_dsn_carries_the_worker_name_too(background_worker, monkeypatch):
     """A listener connected through ``LISTEN_DSN`` is named ``workqueue:<worker id>`` like the
     worker's other connections, whatever ``application_name`` the DSN gives."""
