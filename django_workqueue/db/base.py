@@ -694,6 +694,12 @@ class Driver(abc.ABC):
         """Wake the workers of ``queues`` in other processes (at commit), where supported."""
         return None  # optional: vendors that support it override
 
+    def bound_lock_waits(self) -> None:
+        """Make row-lock waits of the rest of this transaction fail after a moment instead of
+        stalling the worker's control loop (call it inside ``atomic``; it leaves nothing on
+        the session), where the database waits for row locks at all."""
+        return None  # SQLite: one writer at a time, waited for by its busy timeout
+
     def notify_abort(self, job_id: int, reason: str) -> None:
         """Tell the worker running ``job_id`` to stop, for ``reason`` (at commit), where
         supported; elsewhere its heartbeat finds out."""

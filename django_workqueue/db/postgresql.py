@@ -583,6 +583,10 @@ class PostgresDriver(Driver):
             cursor.execute(sql, params)
             return dict(cursor.fetchall())
 
+    def bound_lock_waits(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_BOUNDED_LOCK_WAITS}")
+
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:
         # SET takes no statement parameters). PostgreSQL keeps the first 63 bytes. Only on a

@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Q, When
 from django.db.models.functions import Now
 
+from ..db import driver_for
 from ..models import MaintenanceLease
 
 logger = logging.getLogger("django_workqueue.maintenance")
@@ -47,6 +48,7 @@ class Leadership:
         expires = clock + timedelta(seconds=self.seconds)
         rows = MaintenanceLease.objects.using(self.alias).filter(name=self.name)
         with transaction.atomic(using=self.alias):
+            driver_for(self.alias).bound_lock_waits()  # a stuck holder's row: fail, retry later
             # One guarded UPDATE: renewed by its holder, or taken over once expired; on
             # PostgreSQL a concurrent taker waits for the row and then finds it taken.
             taken = rows.filter(Q(owner=self.owner) | Q(expires_at__lt=clock)).update(

@@ -35,6 +35,7 @@ from django.db.models.functions import Now
 
 from ..conf import DEFAULTS
 from ..conf import workqueue_settings as conf
+from ..db import driver_for
 from ..models import Dependency, Job, Workflow
 from ..states import Status
 from . import Service
@@ -220,6 +221,7 @@ def _delete_standalone(db: str, status: str, cutoff: Any) -> int:
     """Delete one batch of expired jobs outside workflows; return how many."""
     candidates = _standalone(db, status, cutoff)
     with transaction.atomic(using=db):
+        driver_for(db).bound_lock_waits()  # the cascades wait on rows other sessions hold
         # Oldest first through (status, finished_at); rows another purge holds are skipped.
         ids = list(
             candidates.select_for_update(skip_locked=True)
@@ -237,6 +239,7 @@ def _delete_workflow_batch(db: str, policy: Policy, clock: Any) -> tuple[dict[st
     jobs; return the jobs deleted per status and the workflows deleted."""
     eligible = _workflows(db, policy, clock)
     with transaction.atomic(using=db):
+        driver_for(db).bound_lock_waits()  # the workflows' locks below are waited for
         oldest_first = eligible.order_by("finished_at").values_list("pk", flat=True)
         workflow_ids = list(oldest_first[:BATCH_SIZE])
         if not workflow_ids:

@@ -22,6 +22,7 @@ from django.db.models import DateTimeField, Value
 from django.db.models.functions import Now
 
 from ..conf import workqueue_settings as conf
+from ..db import driver_for
 from ..models import Schedule, ScheduleRun
 from ..registry import find_task
 from ..schedules import cron_problem, latest_tick, next_tick, sync_schedules, timezone_problem
@@ -87,6 +88,7 @@ class Scheduler(Service):
         ticks, following = self._ticks(schedule, schedule.next_run_at, now)
         fired = 0
         with transaction.atomic(using=self.alias):
+            driver_for(self.alias).bound_lock_waits()  # an operator's open edit of the row
             moved = rows.update(
                 next_run_at=following,
                 last_run_at=ticks[-1] if ticks else schedule.last_run_at,

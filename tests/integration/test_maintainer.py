@@ -311,3 +311,43 @@ def test_a_maintaining_worker_reaps_a_job_of_its_own_it_dropped(background_worke
         timeout=15,
         message="the maintainer to reap its own dropped job",
     )
+
+
+@pytest.mark.postgres_only  # SQLite has no row locks to wait for
+@pytest.mark.django_db(transaction=True)
+def test_maintenance_does_not_wait_long_for_a_row_another_session_holds():
+    # The maintainer's control loop also renews its jobs' leases: a maintenance statement
+    # stuck behind a lock (here the lease row, held by a session that stalls) must fail
+    # within the worker's lock timeout and be retried, never wait without end.
+    from django.db import OperationalError, transaction
+
+    from django_workqueue.db import driver_for
+    from django_workqueue.maintenance.leadership import Leadership
+
+    leadership = Leadership("default", "stuck", owner="a", seconds=30)
+    assert leadership.hold()
+    held, release = threading.Event(), threading.Event()
+
+    def stall() -> None:
+        try:
+            with transaction.atomic():
+                list(MaintenanceLease.objects.select_for_update().filter(pk="stuck"))
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    staller = threading.Thread(target=stall)
+    staller.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(OperationalError) as raised:
+            leadership.hold()
+        assert driver_for("default").is_lock_timeout(raised.value)
+    finally:
+        release.set()
+        staller.join(10)
+    assert leadership.hold()  # and the session keeps no lock_timeout of its own
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
