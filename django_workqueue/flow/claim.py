@@ -23,6 +23,7 @@ statement.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -92,6 +93,7 @@ class FlowClaimer:
         # shared among its groups, in the order walked, never given to each.
         left = dict(room)
         picks = []
+        bound: dict[str, int] = {}  # keys whose room, not this claim's size, set their take
         for turn, group in enumerate(groups):
             take = min(limit, left.get(group.key, limit))
             if take <= 0:
@@ -99,8 +101,16 @@ class FlowClaimer:
                 continue
             if group.key in left:
                 left[group.key] -= take
+                if take < limit:
+                    bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn))
-        return self.driver.claim_flow(picks, limit, self.owner, now)
+        jobs = self.driver.claim_flow(picks, limit, self.owner, now)
+        if bound and not self.held:
+            # A key that filled its room may have more ready jobs behind it, which start when
+            # one of its running jobs ends, on any worker: that is announced by nothing.
+            taken = Counter(job.flow_key for job in jobs)
+            self.held = any(taken[key] >= take for key, take in bound.items())
+        return jobs
 
     def _claim_limited(
         self,

@@ -277,6 +277,22 @@ class TestEdges:
         assert len(claimed) == 24  # the other 24 customers, one job each
         assert late.held
 
+    def test_a_key_that_filled_its_room_leaves_its_other_ready_jobs_held(self):
+        # two_at_a_time has room for 2: the 2 left behind start when one of those ends,
+        # perhaps on another worker, which nothing announces: the claimer says they wait.
+        tasks.two_at_a_time.enqueue_many([((), {})] * 4)
+        first = claimer()
+
+        assert len(first.claim(["default"], 10)) == 2
+        assert first.held
+
+    def test_a_key_with_room_for_all_its_ready_jobs_holds_nothing(self):
+        tasks.two_at_a_time.enqueue_many([((), {})] * 1)
+        first = claimer()
+
+        assert len(first.claim(["default"], 10)) == 1
+        assert not first.held
+
     def test_a_key_its_task_no_longer_declares_is_claimed_without_limits(self):
         job = plain_tasks.add.enqueue(1, 2)
         Job.objects.filter(pk=job.pk).update(flow_key=f"limit:{plain_tasks.add.name}")
