@@ -141,7 +141,10 @@ class Scheduler(Service):
 
     def _problem(self, schedule: Schedule) -> str | None:
         if find_task(schedule.task_name) is None:
-            return f"task {schedule.task_name!r} is not registered in this worker"
+            return (
+                f"task {schedule.task_name!r} is not registered in this worker (the fleet's "
+                "maintainer fires every cron tick: register the task on every worker)"
+            )
         return cron_problem(schedule.cron) or timezone_problem(schedule.timezone)
 
     def _report(self, schedule: Schedule, problem: str) -> None:
