@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
+from tests.support.pgbouncer import ADMIN_ENV
 from tests.support.processes import (
     REPO_ROOT,
     StartWorker,
@@ -135,15 +136,19 @@ def screenshot(page_or_element: Any, name: str, tmp_path: Path, **options: Any) 
 
 def _wait_for_server_sessions_to_end() -> None:
     """A killed subprocess's PostgreSQL sessions end a moment after it: wait, so that the test
-    database can be dropped."""
+    database can be dropped. Through the test PgBouncer (tests/support/pgbouncer.py) the pooled
+    server sessions stay, idle, with the last client's name, until the pooler is told to close
+    them at the end of the run: there only a session still in a transaction is waited for."""
     if connection.vendor != "postgresql":
         return
+    pooled = " AND state <> 'idle'" if os.environ.get(ADMIN_ENV) else ""
 
     def gone() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND application_name = %s",
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                f"AND application_name = %s{pooled}",
                 [APP_NAME],
             )
             return cursor.fetchone()[0] == 0
