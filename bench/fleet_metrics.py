@@ -12,9 +12,14 @@
   ``atomic()`` is one transaction).
   The same is measured for a fleet of one (the maintainer alone), which splits the figure
   into the maintainer's share and each other worker's, and gives the figure for 50 workers
-  when the server cannot hold 50 (each idle worker holds two connections: its control
-  connection and its LISTEN connection; the fleet is capped at 80% of the free connections,
-  and the JSON says so). Issue 17's goal: 50 idle workers ≤ 5 queries/s in total.
+  when the server cannot hold 50 (the fleet is capped at 80% of the free connections, and the
+  JSON says so). Straight to the server, each idle worker holds two connections: its control
+  connection and its LISTEN connection. When 50 do not fit that way and ``pgbouncer`` is
+  installed, both fleets run as the deployment guide advises for a large fleet: the control
+  connections through a PgBouncer the harness starts (transaction pooling, ``POOL_SIZE``
+  server connections), the LISTEN connections direct; the pooler's own queries (its checks of
+  an idle server connection) are then counted too. Issue 17's goal: 50 idle workers ≤ 5
+  queries/s in total.
 
 ``pg_stat_statements`` would count statements instead of transactions, but it needs a server
 setting (``shared_preload_libraries``) that the harness does not change. A backend reports its
@@ -26,8 +31,13 @@ Returns ``{metric: summary}``; nothing on SQLite (no NOTIFY: a SQLite fleet is o
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import time
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from . import pgadmin
 from .metrics import Log, Sizes
@@ -44,6 +54,7 @@ LIBRARY_DEFAULTS = {
 }
 CONNECTIONS_PER_WORKER = 2  # control + LISTEN; a slot connects only to run a job
 GOAL_WORKERS, GOAL_QUERIES = 50, 5.0
+POOL_SIZE = 5  # the pooler's server connections, when the fleet goes through one
 
 
 def _transactions(database: str) -> int:
@@ -69,23 +80,55 @@ def _listening(database: str) -> int:
     )
 
 
-def fleet_size(wanted: int) -> int:
-    """``wanted``, or as many idle workers as 80% of the server's free connections hold."""
+def fleet_size(wanted: int, *, pooled: bool = False) -> int:
+    """``wanted``, or as many idle workers as 80% of the server's free connections hold
+    (``pooled``: one LISTEN connection each, beside the pooler's ``POOL_SIZE``)."""
     most = int(pgadmin.scalar("postgres", "SHOW max_connections"))
     reserved = int(pgadmin.scalar("postgres", "SHOW superuser_reserved_connections"))
     used = int(pgadmin.scalar("postgres", "SELECT count(*) FROM pg_stat_activity"))
     free = (most - reserved - used) * 8 // 10
+    if pooled:
+        return max(1, min(wanted, free - POOL_SIZE))
     return max(1, min(wanted, free // CONNECTIONS_PER_WORKER))
 
 
-def _measure(system: System, workers: int, settle: float, seconds: float, log: Log) -> float:
+@contextlib.contextmanager
+def pooled_env(database: str) -> Iterator[dict[str, str]]:
+    """A PgBouncer (transaction pooling) in front of the bench server, and the environment
+    that sends a worker's control connection through it and its LISTEN connection direct
+    (what ``tests/support/pgbouncer.py`` gives the test suite)."""
+    from tests.support.pgbouncer import Pooler
+
+    server = urlsplit(pgadmin.SERVER)
+    host, port = server.hostname or "127.0.0.1", server.port or 5432
+    pooler = Pooler(
+        host=host, port=port, user=unquote(server.username or "postgres"),
+        password=unquote(server.password or ""), pool_size=POOL_SIZE,
+    ).start()  # fmt: skip
+    try:
+        yield {
+            "DATABASE_URL": pooler.url(database),
+            "WORKQUEUE_LISTEN_DSN": f"host={host} port={port}",
+            "WORKQUEUE_PREPARED_STATEMENTS": "false",
+            "DISABLE_SERVER_SIDE_CURSORS": "true",
+        }
+    finally:
+        pooler.stop()
+
+
+def _pgbouncer_installed() -> bool:
+    return bool(shutil.which("pgbouncer") or os.path.exists("/usr/sbin/pgbouncer"))
+
+
+def _measure(
+    system: System, workers: int, settle: float, seconds: float, log: Log, env: dict[str, str]
+) -> float:
     """Start ``workers`` idle workers, wait, count; return transactions per second."""
     system.reset()
+    extra = {**LIBRARY_DEFAULTS, **env}
+    setting: dict[str, Any] = {"concurrency": 1, "queues": None}
     started = [
-        system.start_worker(
-            {"concurrency": 1, "queues": None}, burst=False, tag=f"idle-{n}", **LIBRARY_DEFAULTS
-        )
-        for n in range(workers)
+        system.start_worker(setting, burst=False, tag=f"idle-{n}", **extra) for n in range(workers)
     ]
     try:
         deadline = time.monotonic() + 60 + 3 * workers  # imports on a shared 2-core machine
@@ -119,20 +162,28 @@ def idle_fleet(system: System, sizes: Sizes, reps: int, log: Log) -> dict[str, A
         return {}
     wanted = int(sizes.idle_workers)
     workers = fleet_size(wanted)
+    pooled = workers < wanted and _pgbouncer_installed()
+    if pooled:
+        workers = fleet_size(wanted, pooled=True)
+        log(f"{system.name}: idle_fleet: {wanted} workers do not fit the server's connections "
+            f"two each: control connections through PgBouncer ({POOL_SIZE} server "
+            "connections), LISTEN direct")  # fmt: skip
     if workers < wanted:
         log(f"{system.name}: idle_fleet: the server's free connections hold {workers} idle "
             f"workers, not {wanted}; the figure for {GOAL_WORKERS} is extrapolated")  # fmt: skip
     settle, seconds = float(sizes.idle_settle), float(sizes.idle_seconds)
     alone, fleet, extrapolated = [], [], []
-    for _ in range(reps):
-        one = _measure(system, 1, settle, seconds, log)
-        many = _measure(system, workers, settle, seconds, log)
-        other = (many - one) / (workers - 1) if workers > 1 else 0.0
-        alone.append(one)
-        fleet.append(many)
-        extrapolated.append(one + (GOAL_WORKERS - 1) * other)
+    with pooled_env(system.database) if pooled else contextlib.nullcontext({}) as env:
+        for _ in range(reps):
+            one = _measure(system, 1, settle, seconds, log, env)
+            many = _measure(system, workers, settle, seconds, log, env)
+            other = (many - one) / (workers - 1) if workers > 1 else 0.0
+            alone.append(one)
+            fleet.append(many)
+            extrapolated.append(one + (GOAL_WORKERS - 1) * other)
     each = [(m - o) / max(1, workers - 1) for m, o in zip(fleet, alone, strict=True)]
     detail = {"workers": workers, "wanted": wanted, "seconds": seconds, "settle": settle,
+              "through": "pgbouncer (control), direct (LISTEN)" if pooled else "direct",
               "unit": "transactions/s (pg_stat_database)"}  # fmt: skip
     return {
         "idle_fleet_maintainer": summary(alone, **detail),

@@ -6,6 +6,7 @@ threads and subprocesses have their own connections and cannot see a test's open
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -16,9 +17,17 @@ from django.db import connection, connections, transaction
 
 from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
+from tests.support.pgbouncer import (
+    ADMIN_ENV,
+    Pooler,
+    admin,
+    console_name,
+    direct_server,
+    release_server_connections,
+)
 
-# The jobs_alias fixture; small_pooler (a PgBouncer of a test's own).
-pytest_plugins = ["tests.support.jobs_database", "tests.support.pgbouncer"]
+# The jobs_alias fixture.
+pytest_plugins = ["tests.support.jobs_database"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,8 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests.support.pgbouncer import ADMIN_ENV
-
     if connection.vendor != "postgresql":
         skip = pytest.mark.skip(
             reason="PostgreSQL only by design (set DATABASE_URL to a postgres://)"
@@ -55,10 +62,24 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     """The test database, set up by pytest-django; through PgBouncer (tests/support/pgbouncer.py)
     the pooler's server connections to it are closed before pytest-django drops it."""
     yield
-    from tests.support.pgbouncer import release_server_connections
-
     if connection.vendor == "postgresql":
         release_server_connections(connection.settings_dict["NAME"])
+
+
+@pytest.fixture
+def small_pooler() -> Iterator[Pooler]:
+    """A PgBouncer of this test's own (transaction pooling, 2 server connections per database)
+    in front of the test server. PostgreSQL only."""
+    host, port = direct_server()
+    settings = connection.settings_dict
+    pooler = Pooler(
+        host=host, port=port, user=settings["USER"] or "postgres",
+        password=settings["PASSWORD"] or "", pool_size=2,
+    ).start()  # fmt: skip
+    yield pooler
+    with contextlib.suppress(Exception):  # the test database is dropped after this test
+        admin(pooler.url("pgbouncer"), f"KILL {console_name(settings['NAME'])}")
+    pooler.stop()
 
 
 @pytest.fixture

@@ -28,12 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
-
-import pytest
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 ADMIN_ENV = "WORKQUEUE_TEST_PGBOUNCER"
@@ -124,24 +121,6 @@ def direct_server() -> tuple[str, int]:
 
     params = listen_params(connection, workqueue_settings.LISTEN_DSN)
     return params.get("host") or "127.0.0.1", int(params.get("port") or 5432)
-
-
-@pytest.fixture
-def small_pooler() -> Iterator[Pooler]:
-    """A PgBouncer of this test's own (transaction pooling, 2 server connections per database)
-    in front of the test server. PostgreSQL only."""
-    from django.db import connection
-
-    host, port = direct_server()
-    settings = connection.settings_dict
-    pooler = Pooler(
-        host=host, port=port, user=settings["USER"] or "postgres",
-        password=settings["PASSWORD"] or "", pool_size=2,
-    ).start()  # fmt: skip
-    yield pooler
-    with contextlib.suppress(Exception):  # the test database is dropped after this test
-        admin(pooler.url("pgbouncer"), f"KILL {console_name(settings['NAME'])}")
-    pooler.stop()
 
 
 def console_name(database: str) -> str:
