@@ -2,26 +2,35 @@
 
 """Fewer index entries per job: a job outside any workflow, or without a unique key, writes
 nothing to the workflow index or to the unique constraint of unfinished jobs (PostgreSQL writes
-every index a row is in at each change of status)."""
+every index a row is in at each change of status).
+
+On PostgreSQL the indexes are built and dropped CONCURRENTLY (``db/migration_ops.py``), so the
+migration does not stop workers and enqueues while it reads a large jobs table; it is therefore
+not atomic. If it fails halfway, run it again: each step first drops what a failed run of it
+left behind."""
 
 import django.db.models.deletion
 from django.db import migrations, models
 
+from django_workqueue.db.migration_ops import (
+    AddIndexConcurrently,
+    DropIndexConcurrently,
+    ReplaceUniqueIndexConcurrently,
+)
+
 
 class Migration(migrations.Migration):
+
+    atomic = False  # PostgreSQL builds an index CONCURRENTLY only outside a transaction
 
     dependencies = [
         ('django_workqueue', '0009_admin_indexes'),
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexConcurrently(
             model_name='job',
             index=models.Index(condition=models.Q(('workflow__isnull', False)), fields=['workflow'], name='wq_job_workflow'),
-        ),
-        migrations.RemoveConstraint(
-            model_name='job',
-            name='wq_job_unique_active',
         ),
         # Only the foreign key's own index goes (the constraint stays as it is: re-adding it
         # would check every row of the table again).
@@ -34,14 +43,18 @@ class Migration(migrations.Migration):
                 ),
             ],
             database_operations=[
-                migrations.RunSQL(
-                    'DROP INDEX IF EXISTS "django_workqueue_job_workflow_id_27550c09"',
-                    reverse_sql='CREATE INDEX "django_workqueue_job_workflow_id_27550c09" ON "django_workqueue_job" ("workflow_id")',
+                DropIndexConcurrently(
+                    name='django_workqueue_job_workflow_id_27550c09',
+                    table='django_workqueue_job',
+                    columns=['workflow_id'],
                 ),
             ],
         ),
-        migrations.AddConstraint(
+        # The new condition leaves out rows without a unique key, which never conflict: it
+        # refuses no row the old one admitted, so it is built beside the old one and replaces it.
+        ReplaceUniqueIndexConcurrently(
             model_name='job',
             constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['blocked', 'scheduled', 'ready', 'held', 'running']), ('unique_key__isnull', False)), fields=('task_name', 'unique_key'), name='wq_job_unique_active'),
+            old=models.UniqueConstraint(condition=models.Q(('status__in', ['blocked', 'scheduled', 'ready', 'held', 'running'])), fields=('task_name', 'unique_key'), name='wq_job_unique_active'),
         ),
     ]
