@@ -7,6 +7,7 @@ its stdout and stderr go to files so that a failing test can show them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,6 +59,9 @@ def worker_environment(settings_dict: Mapping[str, Any], **overrides: str) -> di
         DATABASE_URL=database_url(settings_dict),
         DJANGO_SETTINGS_MODULE="testproject.settings",
         PYTHONUNBUFFERED="1",  # stdout is a file: flush every line so failures show it all
+        # A worker that does not exit when it should is sent SIGABRT (``wait``): every
+        # thread's stack goes to its stderr, and so into the failure's report.
+        PYTHONFAULTHANDLER="1",
         **FAST_SETTINGS,
     )
     env.update(overrides)
@@ -176,9 +180,19 @@ class RunworkerProcess:
         try:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.dump_stacks()
             raise AssertionError(
                 f"{self!r} still running after {timeout}s\n{self.describe()}"
             ) from None
+
+    def dump_stacks(self) -> None:
+        """Have a process that hangs print every thread's stack to its stderr and end
+        (SIGABRT, which ``PYTHONFAULTHANDLER`` catches), so that a report shows where it hung."""
+        if not self.alive:
+            return
+        self.send(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
 
     def logged(self, text: str) -> bool:
         """Whether the worker's log (stderr, where the logging handler writes) contains ``text``."""
