@@ -5,7 +5,8 @@ workflow_gather, workflow_finish)``) run on real ``runworker`` processes kept al
 battery's supervisor (``tests/chaos/harness.py``), while the test SIGKILLs busy workers. The
 kills come at random points of the run, measured in finished jobs rather than seconds, so they
 are spread over it however fast the machine is; every other kill picks, when there is one, a
-worker that is running C or D, so that atomic steps are interrupted mid-transaction.
+worker that is running C or D (waiting up to 3 s for one), so that atomic steps are
+interrupted mid-transaction.
 
 C and D are ``atomic=True``: each writes a ``WorkflowEffect`` row in its completion transaction,
 under a unique (workflow, step) constraint, so a second effect could not even commit: the step
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,7 @@ WORKERS = size(3, 4)
 SLOTS = size(4, 8)
 SLEEP = 0.02  # seconds of work per step, so that kills find busy workers
 ATOMIC_STEPS = {workflow_gather.name: "gather", workflow_finish.name: "finish"}
+ATOMIC_WAIT = 3.0  # seconds a kill meant for C or D waits for one to be running
 
 
 def expected_result(number: int) -> int:
@@ -97,14 +100,19 @@ def enqueue(ledger: Ledger) -> dict[int, int]:
     return numbers
 
 
-def kill_one(supervisor: Supervisor, rng: random.Random, atomic_first: bool) -> Kill | None:
-    """SIGKILL a busy worker; with ``atomic_first``, one running C or D if there is one."""
+def kill_one(
+    supervisor: Supervisor, rng: random.Random, atomic_first: bool, fall_back: bool = True
+) -> Kill | None:
+    """SIGKILL a busy worker; with ``atomic_first``, one running C or D if there is one, else
+    (``fall_back``) any busy worker, or (not ``fall_back``) none for now."""
     if atomic_first:
         running = Job.objects.filter(status=Status.RUNNING, task_name__in=list(ATOMIC_STEPS))
         owners = set(running.values_list("lease_owner", flat=True))
         targets = [w for w in supervisor.workers if w.alive and w.worker_id in owners]
         if targets:
             return supervisor.kill(rng.choice(targets))
+        if not fall_back:
+            return None
     return supervisor.kill_busy(rng)
 
 
@@ -120,10 +128,19 @@ def test_workflows_finish_and_atomic_steps_take_effect_once_under_sigkills(
     # Kill when this many jobs have succeeded: random points between 5% and 80% of the run.
     kill_at = sorted(rng.sample(range(JOBS // 20, JOBS * 4 // 5), KILLS))
 
+    due_since: float | None = None
+
     def maybe_kill() -> None:
+        # A kill meant for C or D waits up to ATOMIC_WAIT for one to be running: on SQLite
+        # they do not sleep, and a look at one moment often finds none.
+        nonlocal due_since
         done = len(supervisor.kills)
-        if done < KILLS and Job.objects.filter(status=Status.SUCCEEDED).count() >= kill_at[done]:
-            kill_one(supervisor, rng, atomic_first=done % 2 == 0)
+        if done >= KILLS or Job.objects.filter(status=Status.SUCCEEDED).count() < kill_at[done]:
+            return
+        due_since = time.monotonic() if due_since is None else due_since
+        patient = time.monotonic() - due_since < ATOMIC_WAIT
+        if kill_one(supervisor, rng, atomic_first=done % 2 == 0, fall_back=not patient):
+            due_since = None
 
     elapsed = wait_all_terminal(
         timeout=size(75, 600), supervisor=supervisor, while_waiting=maybe_kill
