@@ -216,41 +216,59 @@ class Command(BaseCommand):
         worker: Worker | None = None
         stopped = threading.Event()  # a signal while waiting for the database
         signals_seen = 0
+        # A signal handler runs in the main thread (the control loop's) between two of its
+        # bytecodes, possibly while it holds a lock that stopping takes (an Event's: the loop
+        # sets and clears its wake-up event all the time), and would wait for it forever. The
+        # handler only writes the signal to a pipe; a thread of its own does the rest.
+        signal_read, signal_write = os.pipe()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             nonlocal signals_seen
             signals_seen += 1
             if signals_seen > 1:
-                sys.stderr.write("second signal: exiting now; leases will expire and be reaped\n")
+                os.write(2, b"second signal: exiting now; leases will expire and be reaped\n")
                 os._exit(1)
-            sys.stderr.write(
-                f"{signal.Signals(signum).name}: draining (signal again to exit at once)\n"
-            )
+            os.write(signal_write, bytes([signum]))
+
+        def on_first_signal() -> None:
+            with open(signal_read, "rb") as pipe:  # closed on return
+                received = pipe.read(1)
+            if not received:  # the command returned: its end of the pipe is closed
+                return
+            name = signal.Signals(received[0]).name
+            sys.stderr.write(f"{name}: draining (signal again to exit at once)\n")
             stopped.set()
             if worker is not None:
                 worker.stop()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        if not _require_tables(stopped):
-            self.stdout.write("runworker: stopped while waiting for the database")
-            return
-        if options["metrics_port"]:
-            _serve_metrics(options["metrics_port"], options["metrics_address"])
-        worker = Worker(
-            **slots,
-            burst=options["burst"],
-            max_jobs=options["max_jobs"],
-            poll_interval=options["poll_interval"],
-            worker_id=options["worker_id"],
-            **pool,
-        )
-        if stopped.is_set():  # a signal arrived while the worker was being built
-            worker.stop()
-        worker.run()  # it logs its start line ("worker <id> started: ...") once registered
-        if worker.processes is not None and worker.processes.failed is not None:
-            raise CommandError(f"--pool processes: {worker.processes.failed}")
-        self.stdout.write(f"runworker {worker.id}: stopped after {worker.finished_count} job(s)")
+        threading.Thread(target=on_first_signal, name="workqueue-signals", daemon=True).start()
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if not _require_tables(stopped):
+                self.stdout.write("runworker: stopped while waiting for the database")
+                return
+            if options["metrics_port"]:
+                _serve_metrics(options["metrics_port"], options["metrics_address"])
+            worker = Worker(
+                **slots,
+                burst=options["burst"],
+                max_jobs=options["max_jobs"],
+                poll_interval=options["poll_interval"],
+                worker_id=options["worker_id"],
+                **pool,
+            )
+            if stopped.is_set():  # a signal arrived while the worker was being built
+                worker.stop()
+            worker.run()  # it logs its start line ("worker <id> started: ...") once registered
+            if worker.processes is not None and worker.processes.failed is not None:
+                raise CommandError(f"--pool processes: {worker.processes.failed}")
+            self.stdout.write(
+                f"runworker {worker.id}: stopped after {worker.finished_count} job(s)"
+            )
+        finally:  # called in-process (call_command, tests): leave signals as they were
+            for sig, handler in previous.items():  # None: not set from Python
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+            os.close(signal_write)
 
 
 def pool_options(options: dict[str, Any], queues: list[str]) -> dict[str, Any]:
