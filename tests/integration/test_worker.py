@@ -144,8 +144,8 @@ def test_burst_exits_when_nothing_is_ready(drain):
 
 class StoppedMidPass(Worker):
     """A worker whose stop request arrives during a pass, after the heartbeat and before the
-    claim: where runworker's SIGTERM handler lands when the signal comes in mid-pass (Python
-    runs it on the control thread between two statements of the pass)."""
+    claim: where runworker's stop lands when a SIGTERM comes in mid-pass (its signal thread
+    stops the worker while the control thread goes on with the pass)."""
 
     def _heartbeat(self) -> None:
         self.stop()
