@@ -42,3 +42,28 @@ def test_a_signal_while_the_control_loop_holds_its_wake_up_lock_still_drains(mon
     assert seen == {"stopped": True}
     assert "SIGTERM: draining" in stderr.getvalue()
     assert signal.getsignal(signal.SIGTERM) is before  # the test's own handler is back
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_process_a_job_forks_ends_on_sigterm_without_stopping_the_worker(monkeypatch):
+    """A job that forks (``multiprocessing``'s default on Linux, whose ``Pool`` SIGTERMs its
+    children on exit) hands its children runworker's handler and pipe: a SIGTERM to such a
+    child ends the child, as it would have without runworker, and does not stop the worker."""
+    seen: dict[str, object] = {}
+
+    def run(self: Worker) -> int:
+        pid = os.fork()
+        if pid == 0:  # the job's child
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(0)  # not reached: the signal ends it
+        _, status = os.waitpid(pid, 0)
+        seen["child"] = os.waitstatus_to_exitcode(status)
+        seen["stopping"] = self.stopping.wait(1)  # what the child's signal would have done
+        return 0
+
+    monkeypatch.setattr(runworker.Worker, "run", run)
+
+    call_command("runworker", "--concurrency", "1", stdout=io.StringIO())
+
+    assert seen == {"child": -signal.SIGTERM, "stopping": False}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -216,6 +217,7 @@ class Command(BaseCommand):
         worker: Worker | None = None
         stopped = threading.Event()  # a signal while waiting for the database
         signals_seen = 0
+        owner = os.getpid()
         # A signal handler runs in the main thread (the control loop's) between two of its
         # bytecodes, possibly while it holds a lock that stopping takes (an Event's: the loop
         # sets and clears its wake-up event all the time), and would wait for it forever. The
@@ -224,6 +226,12 @@ class Command(BaseCommand):
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             nonlocal signals_seen
+            if os.getpid() != owner:
+                # A process a job forked (multiprocessing's default on Linux) inherits this
+                # handler and the pipe: it must not stop the worker, but end as it would have.
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             signals_seen += 1
             if signals_seen > 1:
                 os.write(2, b"second signal: exiting now; leases will expire and be reaped\n")
@@ -235,15 +243,18 @@ class Command(BaseCommand):
                 received = pipe.read(1)
             if not received:  # the command returned: its end of the pipe is closed
                 return
-            name = signal.Signals(received[0]).name
-            sys.stderr.write(f"{name}: draining (signal again to exit at once)\n")
             stopped.set()
             if worker is not None:
                 worker.stop()
+            with contextlib.suppress(Exception):  # no stderr (a daemon): stopped all the same
+                name = signal.Signals(received[0]).name
+                sys.stderr.write(f"{name}: draining (signal again to exit at once)\n")
 
-        threading.Thread(target=on_first_signal, name="workqueue-signals", daemon=True).start()
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous: dict[int, Any] = {}
         try:
+            threading.Thread(target=on_first_signal, name="workqueue-signals", daemon=True).start()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, on_signal)
             if not _require_tables(stopped):
                 self.stdout.write("runworker: stopped while waiting for the database")
                 return
@@ -266,9 +277,9 @@ class Command(BaseCommand):
                 f"runworker {worker.id}: stopped after {worker.finished_count} job(s)"
             )
         finally:  # called in-process (call_command, tests): leave signals as they were
-            for sig, handler in previous.items():  # None: not set from Python
-                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-            os.close(signal_write)
+            for signum, handler in previous.items():  # None: not set from Python
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            os.close(signal_write)  # the signal thread reads the end and closes its side
 
 
 def pool_options(options: dict[str, Any], queues: list[str]) -> dict[str, Any]:
