@@ -243,12 +243,12 @@ class Command(BaseCommand):
                 received = pipe.read(1)
             if not received:  # the command returned: its end of the pipe is closed
                 return
-            stopped.set()
-            if worker is not None:
-                worker.stop()
             with contextlib.suppress(Exception):  # no stderr (a daemon): stopped all the same
                 name = signal.Signals(received[0]).name
                 sys.stderr.write(f"{name}: draining (signal again to exit at once)\n")
+            stopped.set()
+            if worker is not None:
+                worker.stop()
 
         previous: dict[int, Any] = {}
         try:
