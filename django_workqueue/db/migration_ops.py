@@ -4,17 +4,20 @@ On PostgreSQL a plain ``CREATE INDEX`` holds a lock that stops every insert and 
 table while it reads the whole table, and a busy jobs table may hold millions of rows: workers
 and enqueues would stall for the length of the build. These operations build and drop indexes
 ``CONCURRENTLY`` there (the migration that uses them sets ``atomic = False``: PostgreSQL refuses
-``CONCURRENTLY`` inside a transaction) and fall back to Django's plain operations on any other
-database. A concurrent build that failed halfway leaves an invalid index behind; each operation
-drops what an earlier failed run of it may have left before it builds, so the migration can
-simply be run again.
+``CONCURRENTLY`` inside a transaction) and fall back to Django's plain operations, each in a
+transaction of its own, on any other database.
+
+A migration that is not atomic can stop halfway, and is then simply run again: on PostgreSQL
+each operation looks at what a failed run left (a concurrent build that failed leaves an
+*invalid* index behind, which is dropped and built again; a valid one is kept), elsewhere each
+operation rolled back whole.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import migrations, models, router
+from django.db import migrations, models, router, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
@@ -27,6 +30,32 @@ def _postgresql(schema_editor: BaseDatabaseSchemaEditor) -> bool:
 def _drop_index(schema_editor: BaseDatabaseSchemaEditor, name: str) -> None:
     concurrently = " CONCURRENTLY" if _postgresql(schema_editor) else ""
     schema_editor.execute(f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(name)}")
+
+
+def _index_state(schema_editor: BaseDatabaseSchemaEditor, name: str) -> bool | None:
+    """PostgreSQL: whether the index ``name`` is valid (False: a failed concurrent build left
+    it), None if there is none. Writing SQL out (``sqlmigrate``): None, the whole sequence."""
+    if schema_editor.collect_sql:
+        return None
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid FROM pg_class AS c JOIN pg_index AS i ON i.indexrelid = c.oid "
+            "WHERE c.relname = %s AND pg_table_is_visible(c.oid)",
+            [name],
+        )
+        row = cursor.fetchone()
+    return None if row is None else bool(row[0])
+
+
+def _build(schema_editor: BaseDatabaseSchemaEditor, name: str, create: str) -> None:
+    """Run ``create`` (a CREATE ... INDEX CONCURRENTLY of ``name``) unless a valid ``name``
+    is there already; an invalid one (a failed run's) is dropped first."""
+    state = _index_state(schema_editor, name)
+    if state is True:
+        return
+    if state is False:
+        _drop_index(schema_editor, name)
+    schema_editor.execute(create)
 
 
 class AddIndexConcurrently(migrations.AddIndex):
@@ -43,10 +72,12 @@ class AddIndexConcurrently(migrations.AddIndex):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _postgresql(schema_editor):
-            schema_editor.add_index(model, self.index)
+            with transaction.atomic(using=schema_editor.connection.alias):
+                _drop_index(schema_editor, self.index.name)
+                schema_editor.add_index(model, self.index)
             return
-        _drop_index(schema_editor, self.index.name)  # an invalid one a failed run left
-        schema_editor.add_index(model, self.index, concurrently=True)  # type: ignore[call-arg]
+        create = str(self.index.create_sql(model, schema_editor, concurrently=True))
+        _build(schema_editor, self.index.name, create)
 
     def database_backwards(
         self,
@@ -59,18 +90,22 @@ class AddIndexConcurrently(migrations.AddIndex):
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             _drop_index(schema_editor, self.index.name)
 
+    def describe(self) -> str:
+        return f"{super().describe()} (concurrently on PostgreSQL)"
+
 
 class DropIndexConcurrently(Operation):
-    """Drop the index ``name`` of ``table`` (one the state does not describe, such as a foreign
-    key's own index), without blocking writes on PostgreSQL; backwards, build it again on
-    ``columns``. A database operation only: pair it with the state's change in
-    ``SeparateDatabaseAndState``."""
+    """Drop the index ``name`` of ``model_name``'s ``table`` (one the state does not describe,
+    such as a foreign key's own index), without blocking writes on PostgreSQL; backwards,
+    build it again on ``columns``. A database operation only: pair it with the state's change
+    in ``SeparateDatabaseAndState``."""
 
     reversible = True
-    reduces_to_sql = False
+    reduces_to_sql = True
 
-    def __init__(self, name: str, table: str, columns: list[str]) -> None:
-        self.index_name, self.table, self.columns = name, table, columns
+    def __init__(self, model_name: str, name: str, table: str, columns: list[str]) -> None:
+        self.model_name, self.index_name = model_name, name
+        self.table, self.columns = table, columns
 
     def state_forwards(self, app_label: str, state: ProjectState) -> None:
         pass
@@ -82,7 +117,7 @@ class DropIndexConcurrently(Operation):
         from_state: ProjectState,
         to_state: ProjectState,
     ) -> None:
-        if router.allow_migrate(schema_editor.connection.alias, app_label):
+        if self._allowed(app_label, schema_editor):
             _drop_index(schema_editor, self.index_name)
 
     def database_backwards(
@@ -92,28 +127,35 @@ class DropIndexConcurrently(Operation):
         from_state: ProjectState,
         to_state: ProjectState,
     ) -> None:
-        if not router.allow_migrate(schema_editor.connection.alias, app_label):
+        if not self._allowed(app_label, schema_editor):
             return
         quote = schema_editor.quote_name
-        concurrently = " CONCURRENTLY" if _postgresql(schema_editor) else ""
         columns = ", ".join(quote(column) for column in self.columns)
-        _drop_index(schema_editor, self.index_name)  # an invalid one a failed run left
-        schema_editor.execute(
-            f"CREATE INDEX{concurrently} {quote(self.index_name)} "
-            f"ON {quote(self.table)} ({columns})"
-        )
+        target = f"{quote(self.index_name)} ON {quote(self.table)} ({columns})"
+        if _postgresql(schema_editor):
+            _build(schema_editor, self.index_name, f"CREATE INDEX CONCURRENTLY {target}")
+            return
+        with transaction.atomic(using=schema_editor.connection.alias):
+            _drop_index(schema_editor, self.index_name)
+            schema_editor.execute(f"CREATE INDEX {target}")
+
+    def _allowed(self, app_label: str, schema_editor: BaseDatabaseSchemaEditor) -> bool:
+        alias = schema_editor.connection.alias
+        return bool(router.allow_migrate(alias, app_label, model_name=self.model_name))
 
     def describe(self) -> str:
         return f"Drop index {self.index_name} (concurrently on PostgreSQL)"
 
 
 class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
-    """Replace the conditional ``UniqueConstraint`` of the same name with ``constraint``.
+    """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
 
     On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
     a temporary name first, then the old one is dropped and the new one renamed: uniqueness is
-    enforced at every moment (the new condition must admit no row the old one refused), and
-    neither build nor drop blocks writes. Elsewhere: Django's remove then add."""
+    enforced at every moment (the new condition must refuse every row the old one refused), and
+    neither build nor drop blocks writes. A run that stopped after the build (or after the drop)
+    keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
+    one transaction."""
 
     def __init__(
         self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
@@ -123,12 +165,12 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         self.old = old
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        kwargs = {"model_name": self.model_name, "constraint": self.constraint, "old": self.old}
+        kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
         return self.__class__.__qualname__, [], kwargs
 
     def state_forwards(self, app_label: str, state: ProjectState) -> None:
         state.remove_constraint(app_label, self.model_name_lower, self.old.name)
-        state.add_constraint(app_label, self.model_name_lower, self.constraint)
+        state.add_constraint(app_label, self.model_name_lower, self.new)
 
     def database_forwards(
         self,
@@ -148,6 +190,11 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
     ) -> None:
         self._replace(app_label, schema_editor, to_state, self.new, self.old)
 
+    def reduce(self, operation: Operation, app_label: str) -> Any:
+        # Not AddConstraint's: folded into a later remove or change of the same name, the old
+        # constraint's removal would be lost. Only elidable neighbours are optimized across.
+        return Operation.reduce(self, operation, app_label)
+
     def _replace(
         self,
         app_label: str,
@@ -160,22 +207,21 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _postgresql(schema_editor):
-            schema_editor.remove_constraint(model, old)
-            schema_editor.add_constraint(model, new)
+            with transaction.atomic(using=schema_editor.connection.alias):
+                _drop_index(schema_editor, old.name)  # SQLite: a unique index too
+                schema_editor.add_constraint(model, new)
             return
         quote = schema_editor.quote_name
         temporary = f"{new.name[:50]}_new"
-        building = models.UniqueConstraint(
-            fields=new.fields, condition=new.condition, name=temporary
-        )
+        building = new.clone()  # every option kept (include, nulls_distinct, ...), renamed
+        building.name = temporary
         sql = str(building.create_sql(model, schema_editor))
         prefix = "CREATE UNIQUE INDEX "
         if not sql.startswith(prefix):  # not an index: a plain constraint cannot be concurrent
             raise ValueError(f"{new.name} is not built as a unique index: {sql}")
-        _drop_index(schema_editor, temporary)  # an invalid one a failed run left
-        schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {sql[len(prefix) :]}")
+        _build(schema_editor, temporary, f"CREATE UNIQUE INDEX CONCURRENTLY {sql[len(prefix) :]}")
         _drop_index(schema_editor, old.name)
         schema_editor.execute(f"ALTER INDEX {quote(temporary)} RENAME TO {quote(new.name)}")
 
     def describe(self) -> str:
-        return f"Replace unique index {self.constraint.name} (concurrently on PostgreSQL)"
+        return f"Replace unique index {self.new.name} (concurrently on PostgreSQL)"

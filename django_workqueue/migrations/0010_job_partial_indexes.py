@@ -6,8 +6,7 @@ every index a row is in at each change of status).
 
 On PostgreSQL the indexes are built and dropped CONCURRENTLY (``db/migration_ops.py``), so the
 migration does not stop workers and enqueues while it reads a large jobs table; it is therefore
-not atomic. If it fails halfway, run it again: each step first drops what a failed run of it
-left behind."""
+not atomic. If it fails halfway, run it again: each step picks up what a failed run left."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -44,6 +43,7 @@ class Migration(migrations.Migration):
             ],
             database_operations=[
                 DropIndexConcurrently(
+                    model_name='job',
                     name='django_workqueue_job_workflow_id_27550c09',
                     table='django_workqueue_job',
                     columns=['workflow_id'],

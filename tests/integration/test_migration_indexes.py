@@ -7,7 +7,9 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 
+from django_workqueue.db.migration_ops import ReplaceUniqueIndexConcurrently as ReplaceUnique
 from django_workqueue.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,3 +79,59 @@ def test_0010_builds_and_drops_indexes_concurrently_on_postgresql():
     build = next(i for i, sql in enumerate(statements) if "CREATE UNIQUE INDEX" in sql)
     drop = statements.index('DROP INDEX CONCURRENTLY IF EXISTS "wq_job_unique_active";')
     assert build < drop
+
+
+def replace_unique_forwards(captured: list[str]) -> None:
+    """Run 0010's unique-index replacement alone, as a rerun of the migration would."""
+    executor = MigrationExecutor(connection)
+    migration = executor.loader.get_migration(*AFTER)
+    operation = next(op for op in migration.operations if isinstance(op, ReplaceUnique))
+    before = executor.loader.project_state(BEFORE)
+    after = before.clone()
+    operation.state_forwards(APP, after)
+    with CaptureQueriesContext(connection) as queries, connection.schema_editor(atomic=False) as ed:
+        operation.database_forwards(APP, ed, before, after)
+    captured.extend(query["sql"] for query in queries.captured_queries)
+
+
+@pytest.mark.postgres_only
+def test_a_rerun_after_the_old_unique_index_was_dropped_keeps_the_new_one():
+    """The run stopped after dropping the old index, before the rename: the valid new index
+    under its temporary name is the only one enforcing uniqueness, and is kept, not rebuilt."""
+    with connection.cursor() as cursor:
+        cursor.execute('ALTER INDEX "wq_job_unique_active" RENAME TO "wq_job_unique_active_new"')
+    statements: list[str] = []
+
+    replace_unique_forwards(statements)
+
+    assert not [sql for sql in statements if "CREATE UNIQUE INDEX" in sql]
+    kept = 'DROP INDEX CONCURRENTLY IF EXISTS "wq_job_unique_active_new"'
+    assert not [sql for sql in statements if kept in sql]
+    assert "unique_key IS NOT NULL" in index_sql("wq_job_unique_active")
+    assert "wq_job_unique_active_new" not in indexes()
+
+
+@pytest.mark.postgres_only
+def test_a_rerun_after_a_failed_concurrent_build_drops_the_invalid_index_and_builds_again():
+    """A concurrent build that failed leaves an invalid index of its name: dropped, rebuilt."""
+    Job.objects.create(task_name="t", status="ready")
+    Job.objects.create(task_name="t", status="ready")
+    with connection.cursor() as cursor, pytest.raises(IntegrityError):
+        # duplicate task names: the build fails and leaves the index behind, invalid
+        cursor.execute(
+            'CREATE UNIQUE INDEX CONCURRENTLY "wq_job_unique_active_new" '
+            'ON "django_workqueue_job" ("task_name")'
+        )
+    statements: list[str] = []
+
+    replace_unique_forwards(statements)
+
+    assert any("CREATE UNIQUE INDEX CONCURRENTLY" in sql for sql in statements)
+    assert "unique_key IS NOT NULL" in index_sql("wq_job_unique_active")
+    assert "wq_job_unique_active_new" not in indexes()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bool_and(i.indisvalid) FROM pg_index AS i JOIN pg_class AS c "
+            "ON c.oid = i.indexrelid WHERE c.relname LIKE 'wq_job_unique_active%%'"
+        )
+        assert cursor.fetchone()[0] is True
