@@ -53,14 +53,19 @@ class FlowClaimer:
         self.retry_at: float | None = None
         """Monotonic time at which a rate limit that held jobs back frees a start, if any."""
         self.held = False
-        """Whether the last claim left ready jobs of a key at its limit (or claimed by another
-        worker at the same moment): work remains that a later claim may take."""
+        """Whether a claim since ``begin_pass`` left ready jobs of a key at its limit (or
+        claimed by another worker at the same moment): work remains that a later claim may
+        take."""
+
+    def begin_pass(self) -> None:
+        """Forget what earlier passes found: ``held`` and ``retry_at`` then sum up the claims
+        of one pass (one per queue with per-queue slots), each adding to them."""
+        self.retry_at = None
+        self.held = False
 
     def claim(
         self, queues: Sequence[str], limit: int, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        self.retry_at = None
-        self.held = False
         if limit <= 0:
             return []
         walked = self.driver.flow_keys(queues, self.cursor, min(limit + _EXTRA_KEYS, _MAX_KEYS))

@@ -32,6 +32,10 @@ class Claimer:
         self._flow_first = False
         self._next_stray_look = 0.0  # monotonic; the first pass looks
 
+    def begin_pass(self) -> None:
+        """A pass's claims begin: ``held`` and ``retry_at`` will say what they found."""
+        self.flow.begin_pass()
+
     @property
     def retry_at(self) -> float | None:
         """When a rate limit that held jobs back frees a start (monotonic), if one did."""
@@ -39,7 +43,7 @@ class Claimer:
 
     @property
     def held(self) -> bool:
-        """Whether the last flow claim left ready jobs at their limit."""
+        """Whether a flow claim of the last pass left ready jobs at their limit."""
         return self.uses_flow and self.flow.held
 
     def claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:

@@ -403,6 +403,7 @@ class Worker:
         batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
+        self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         self._last_fill = (free, len(jobs) + batched)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put

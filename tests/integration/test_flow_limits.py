@@ -286,6 +286,20 @@ class TestEdges:
         assert len(first.claim(["default"], 10)) == 2
         assert first.held
 
+    def test_a_pass_with_one_claim_per_queue_keeps_what_an_earlier_claim_held(self):
+        # Per-queue slots claim once per queue in a pass: the claim of an empty queue must not
+        # clear what the claim of a full key found.
+        tasks.two_at_a_time.enqueue_many([((), {})] * 4)
+        worker = Worker(queue_slots={"default": 3, "mail": 1})
+        worker.claimer.begin_pass()
+
+        worker.claimer.claim(["default"], 3)
+        worker.claimer.claim(["mail"], 1)
+
+        assert worker.claimer.held
+        worker.claimer.begin_pass()  # the next pass starts afresh
+        assert not worker.claimer.held
+
     def test_a_key_with_room_for_all_its_ready_jobs_holds_nothing(self):
         tasks.two_at_a_time.enqueue_many([((), {})] * 1)
         first = claimer()
