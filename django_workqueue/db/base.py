@@ -501,10 +501,17 @@ class Driver(abc.ABC):
         ``due_in`` says when the group will be due. A paused queue claims nothing."""
 
     @abc.abstractmethod
-    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+    def renew_leases(
+        self, owner: str, leases: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, bool], set[int]]:
         """Extend ``owner``'s leases ``(job id, attempt)`` without waiting for a row another
-        session holds locked; return {id still held: whether cancellation was requested}.
-        A held but locked row is reported held and renewed on a later pass."""
+        session holds locked. Return {id still held: whether cancellation was requested} and
+        the ids among them whose row was locked, so not extended: the caller tries those again
+        soon, well before their lease runs out."""
+
+    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+        """``renew_leases``'s first part: {id still held: whether cancellation was requested}."""
+        return self.renew_leases(owner, leases)[0]
 
     @abc.abstractmethod
     def record_many(

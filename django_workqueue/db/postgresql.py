@@ -554,13 +554,16 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
-    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+    def renew_leases(
+        self, owner: str, leases: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, bool], set[int]]:
         if not leases:
-            return {}
+            return {}, set()
         # `held` reads the leases as committed; only rows nobody else has locked are extended
         # (SKIP LOCKED). A held row that is locked (a session's open transaction touched it)
-        # is still ours: it is reported held and extended on a later pass, never mistaken for
-        # a lost lease, and never lets one locked row stall this worker's heartbeat.
+        # is still ours: it is reported held, and locked so that it is tried again soon; it
+        # is never mistaken for a lost lease, and never lets one locked row stall this
+        # worker's heartbeat.
         sql = (
             f"WITH held AS MATERIALIZED (SELECT id, cancel_requested_at FROM {self.table} "
             f"  WHERE status = 'running' AND lease_owner = %(owner)s AND (id, attempt) IN "
@@ -572,7 +575,7 @@ class PostgresDriver(Driver):
             f"  FROM free WHERE j.id = free.id AND j.status = 'running' "
             f"  AND j.lease_owner = %(owner)s RETURNING j.id, j.cancel_requested_at) "
             f"SELECT held.id, COALESCE(renewed.cancel_requested_at, held.cancel_requested_at) "
-            f"  IS NOT NULL FROM held LEFT JOIN renewed ON renewed.id = held.id"
+            f"  IS NOT NULL, renewed.id IS NULL FROM held LEFT JOIN renewed ON renewed.id = held.id"
         )
         params: dict[str, Any] = {
             "owner": owner,
@@ -581,7 +584,10 @@ class PostgresDriver(Driver):
         }
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return dict(cursor.fetchall())
+            rows = cursor.fetchall()
+        return {job_id: cancel for job_id, cancel, _ in rows}, {
+            job_id for job_id, _, locked in rows if locked
+        }
 
     def bound_lock_waits(self) -> None:
         with self.connection.cursor() as cursor:

@@ -341,9 +341,12 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
-    def renew(self, owner: str, leases: Sequence[tuple[int, int]]) -> dict[int, bool]:
+    def renew_leases(
+        self, owner: str, leases: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, bool], set[int]]:
+        # No row locks: the statement waits for the write lock, so no row is ever skipped.
         if not leases:
-            return {}
+            return {}, set()
         pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
         sql = (
             f"UPDATE {self.table} SET lease_expires_at = "
@@ -360,7 +363,7 @@ class SQLiteDriver(Driver):
             params[f"a{n}"] = attempt
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}
+            return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}, set()
 
     def record_many(
         self, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False

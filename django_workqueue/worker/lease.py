@@ -4,6 +4,8 @@ A job whose row did not renew is no longer this worker's: its ``context.cancelle
 the reason (``completed_elsewhere`` if it was finished outside this worker, ``deleted`` if its row
 is gone, ``lease_lost`` if it was reaped and belongs to another attempt) and its outcome will be
 fenced out. The same pass sees ``cancel_requested_at`` and fires cooperative cancellation.
+A row another session holds locked is skipped, not waited for, and tried again within
+``LOCKED_RETRY_SECONDS``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from ..db import Driver
 from ..states import TERMINAL
 
 logger = logging.getLogger("django_workqueue.worker")
+
+LOCKED_RETRY_SECONDS = 0.25
+"""How soon a renewal that found some of its rows locked by another session (PostgreSQL, which
+skips them rather than wait) is tried again. At the usual interval, a third of the lease, two
+such misses in a row would cost a lease; a locked row is tried again until it is free."""
 
 
 @dataclass(slots=True)
@@ -60,8 +67,11 @@ class LeaseKeeper:
         renewals as fit in it)."""
         started = time.monotonic()
         leases = [(job_id, r.context.job.attempt) for job_id, r in running.items()]
-        renewed = self.driver.renew(self.owner, leases) if leases else {}
-        self.next_renewal = started + self.interval(running)
+        renewed, locked = self.driver.renew_leases(self.owner, leases) if leases else ({}, set())
+        interval = self.interval(running)
+        if locked:  # rows another session holds locked: try again soon, not a third later
+            interval = min(interval, LOCKED_RETRY_SECONDS)
+        self.next_renewal = started + interval
         lost = [job_id for job_id, item in running.items()
                  if job_id not in renewed and not item.context.finished
                  and not item.context.lease_lost]  # fmt: skip

@@ -12,13 +12,13 @@ of one random running job's row and up to two more of the same lease, in an open
 held up to 5 s, half of the holds the longest allowed: more than twice the worker's 2 s
 ``lock_timeout``, as a slow request holding ``select_for_update()`` would. A hold stays below a
 third of the locked jobs' lease less 0.45 s (5 s for ``chaos_progress``'s 20 s lease there,
-0.22 s for the 2 s of the others), and a row is not locked again until a third of its lease
-plus 0.45 s after its last hold (a renewal's interval), so that no lease can expire for want
-of a renewal the lock put off: a re-run after a hold is then the engine's fault, never the
-test's. On SQLite, whose equivalent is the one database-wide write lock: ``BEGIN IMMEDIATE``
-(``transaction.atomic()`` with the project's ``transaction_mode``) held up to 0.22 s (the bound
-for the 2 s leases, which every job has there) about a third of the time, which blocks every
-writer, heartbeats included.
+0.22 s for the 2 s of the others), and a row is not locked again until 0.7 s after its last
+hold (the worker tries a renewal that found a row locked again within 0.25 s,
+``LOCKED_RETRY_SECONDS``, plus the slack), so that no lease can expire for want of a renewal
+the lock put off: a re-run after a hold is then the engine's fault, never the test's. On SQLite,
+whose equivalent is the one database-wide write lock: ``BEGIN IMMEDIATE`` (``transaction.atomic()``
+with the project's ``transaction_mode``) held up to 0.22 s (the bound for the 2 s leases, which
+every job has there) about a third of the time, which blocks every writer, heartbeats included.
 
 Pass criteria (fast: 2 workers x 4 slots, 200 jobs, 3 kills; full: 4 x 8, 4,000 jobs, 30 kills):
 
@@ -45,6 +45,7 @@ from django.db import connection, connections, transaction
 
 from django_workqueue.models import Job
 from django_workqueue.states import Status
+from django_workqueue.worker.lease import LOCKED_RETRY_SECONDS
 from testproject.testapp.tasks import chaos_atomic, chaos_progress, chaos_work
 
 from .harness import (
@@ -126,11 +127,11 @@ class LockHolder(threading.Thread):
             connections.close_all()  # this thread's connection
 
     def cooled(self, running: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The running jobs whose rows have been free for a renewal interval since their last
-        hold. Without the pause a job left alone near the end of the drain would be locked
-        again and again, each renewal finding its row locked, until its lease ran out: a hold
-        never ends less than a renewal interval (a third of the lease) plus the slack before
-        the next hold of the same row, so some renewal between the two finds it free."""
+        """The running jobs whose rows have been free long enough since their last hold for a
+        renewal to find them free. Without a pause a job left alone near the end of the drain
+        would be locked again and again, each renewal finding its row locked, until its lease
+        ran out: a hold never ends less than the worker's retry of a renewal that found a row
+        locked (LOCKED_RETRY_SECONDS) plus the slack before the next hold of the same row."""
         now = time.monotonic()
         return [(pk, lease) for pk, lease in running if self.free_from.get(pk, 0.0) <= now]
 
@@ -157,10 +158,8 @@ class LockHolder(threading.Thread):
             began = time.monotonic()
             self.stop.wait(seconds)  # the deliberate hold
             held = time.monotonic() - began
-        released = time.monotonic()
-        for pk, other in running:
-            if pk in ids:
-                self.free_from[pk] = released + other / 3 + HOLD_SLACK
+        free_from = time.monotonic() + LOCKED_RETRY_SECONDS + HOLD_SLACK
+        self.free_from.update(dict.fromkeys(ids, free_from))
         running_rows = rows.count(Status.RUNNING)
         if running_rows:
             self.holds.count += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,7 +20,7 @@ from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from django_workqueue.worker.lease import LeaseKeeper, RunningJob
+from django_workqueue.worker.lease import LOCKED_RETRY_SECONDS, LeaseKeeper, RunningJob
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add, sleep_for, wait_for_cancel
 from tests.support.database import db_now, expire_and_reap, fresh, ledger, listening, row_snapshot
@@ -267,7 +268,7 @@ def test_a_job_released_at_shutdown_keeps_its_place_in_the_queue():
 class FailingDriver:
     """A driver whose every renewal fails as a lost connection does."""
 
-    def renew(self, owner: str, leases: Any) -> dict[int, bool]:
+    def renew_leases(self, owner: str, leases: Any) -> tuple[dict[int, bool], set[int]]:
         raise OperationalError("server closed the connection unexpectedly")
 
 
@@ -286,6 +287,30 @@ def test_a_renewal_that_fails_stays_due():
     with pytest.raises(OperationalError):
         keeper.renew(running_jobs(lease_seconds=3))
     assert keeper.due(0.0) and keeper.next_renewal == 0.0
+
+
+@pytest.mark.postgres_only  # SQLite has no row locks: its renewal waits for the write lock
+@pytest.mark.django_db(transaction=True)
+def test_a_renewal_that_finds_a_row_locked_is_tried_again_soon(hold_row):
+    """PostgreSQL's renewal skips a row another session holds locked rather than wait: the
+    lease is still this worker's, but not extended. It is tried again within
+    LOCKED_RETRY_SECONDS, not a third of the lease later (two such misses would cost it)."""
+    free, locked = JobFactory.create_batch(2, running=True, lease_owner="w1")
+    jobs = {job.pk: RunningJob(SimpleNamespace(job=SimpleNamespace(lease_seconds=30, attempt=1),
+                                               attempt=1, finished=False, lease_lost=False))
+            for job in (free, locked)}  # fmt: skip
+    keeper = LeaseKeeper(driver(), "w1")
+    release = hold_row(locked.pk)
+    try:
+        keeper.renew(jobs)  # type: ignore[arg-type]
+        assert keeper.next_renewal <= time.monotonic() + LOCKED_RETRY_SECONDS
+        assert not any(item.context.lease_lost for item in jobs.values())
+    finally:
+        release.set()
+    wait_until(lambda: not driver().renew_leases("w1", [(locked.pk, 1)])[1], timeout=10)
+    started = time.monotonic()
+    keeper.renew(jobs)  # type: ignore[arg-type]
+    assert keeper.next_renewal - started >= keeper.interval(jobs)  # type: ignore[arg-type]
 
 
 # --- a real worker's heartbeat ------------------------------------------------------------
