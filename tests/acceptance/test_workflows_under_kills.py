@@ -5,7 +5,7 @@ workflow_gather, workflow_finish)``) run on real ``runworker`` processes kept al
 battery's supervisor (``tests/chaos/harness.py``), while the test SIGKILLs busy workers. The
 kills come at random points of the run, measured in finished jobs rather than seconds, so they
 are spread over it however fast the machine is; every other kill picks, when there is one, a
-worker that is running C or D (waiting up to 3 s for one), so that atomic steps are
+worker that is running C or D (waiting up to 1 s for one), so that atomic steps are
 interrupted mid-transaction.
 
 C and D are ``atomic=True``: each writes a ``WorkflowEffect`` row in its completion transaction,
@@ -71,7 +71,7 @@ WORKERS = size(3, 4)
 SLOTS = size(4, 8)
 SLEEP = 0.02  # seconds of work per step, so that kills find busy workers
 ATOMIC_STEPS = {workflow_gather.name: "gather", workflow_finish.name: "finish"}
-ATOMIC_WAIT = 3.0  # seconds a kill meant for C or D waits for one to be running
+ATOMIC_WAIT = 1.0  # seconds a kill meant for C or D waits for one to be running
 
 
 def expected_result(number: int) -> int:
