@@ -212,7 +212,9 @@ def test_a_reaper_and_a_worker_take_workflow_and_counter_locks_in_one_order():
         # until it needs a lock the worker holds (or, in the wrong order, its counters).
         if who == owner:
             worker_in.set()
-            reaper_in.wait(2)
+            # Well within the writes' 2 s lock_timeout (db/postgresql.py LOCK_TIMEOUT), which
+            # bounds the reaper's wait for the workflow row this transaction holds.
+            reaper_in.wait(1)
             original(driver, who, outcomes, recorded)
         else:
             original(driver, who, outcomes, recorded)
