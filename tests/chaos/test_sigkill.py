@@ -1,7 +1,8 @@
 """1. Random SIGKILL of busy workers: nothing is lost, every orphan is recovered in time.
 
 Real ``runworker`` processes under a supervisor that restarts them; the test SIGKILLs workers that
-hold running jobs, at even intervals over the length of a fault-free run of the same size, and
+hold running jobs, at even intervals over the length of a fault-free run of the same size (a kill
+that falls due while a killed worker is still starting up waits until the fleet is back), and
 then checks the ledger and the table (``harness.check_invariants``).
 
 Pass criteria: 0 jobs lost and every invariant of the checker; every orphan (a job the killed
@@ -98,11 +99,12 @@ def run(
             # out of jobs first cannot end the test with kills left to do.
             job_ids.extend(enqueue(ledger, JOBS // 4))
         due = len(supervisor.kills) < kills and time.monotonic() >= next_kill
-        if due and pool == "processes" and len(supervisor.busy_workers()) < WORKERS:
-            # A restarted process-pool worker claims nothing until its children have imported
-            # the project (seconds on two loaded cores): killing whoever is busy meanwhile
-            # would aim every kill at the few ready workers, and at the jobs they took from
-            # the head of the queue, again and again. The next kill waits for the fleet.
+        if due and len(supervisor.busy_workers()) < WORKERS:
+            # A restarted worker takes seconds to start on two loaded cores (a process-pool
+            # worker longer still: it claims nothing until its children have imported the
+            # project). Killing whoever is busy meanwhile would aim each kill at the first
+            # worker back, holding the jobs it took from the head of the queue, again and
+            # again, until those jobs' attempts are spent. The next kill waits for the fleet.
             return
         if due and supervisor.kill_busy(rng) is not None:
             next_kill += pace
