@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
+    db_cost,
     engine_metrics,
     fleet_metrics,
     flow_metrics,
@@ -38,6 +39,7 @@ from .systems.base import Options
 
 # What each system is measured on; a system none of the chosen metrics concerns is skipped.
 PEER_METRICS = frozenset({"enqueue", "drain", "latency"})
+COST_METRICS = frozenset({"db_cost"})  # of the systems in db_cost.SYSTEMS
 WORKQUEUE_METRICS = PEER_METRICS | {"backlog", "sustained", "scaling", "profile"}
 
 # Measured on the engine databases (PostgreSQL, then SQLite): issue 8's and the workflows'.
@@ -146,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
 
     chosen = set(args.metrics)
     for name in args.systems:
-        if not chosen & (WORKQUEUE_METRICS if name == "workqueue" else PEER_METRICS):
+        concerned = WORKQUEUE_METRICS if name == "workqueue" else PEER_METRICS
+        if name in db_cost.SYSTEMS:
+            concerned = concerned | COST_METRICS
+        if not chosen & concerned:
             continue
         system = load(name, options)
         log(f"{system.label}: creating database {system.database}")
@@ -159,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
                 record(name, metrics.drain(system, sizes, args.reps, log))
             if "latency" in chosen:
                 record(name, metrics.latency(system, sizes, args.reps, log))
+            if "db_cost" in chosen and name in db_cost.SYSTEMS:
+                setting = _best_setting(results, system)
+                record(name, db_cost.db_cost(system, sizes, args.reps, log, setting))
             if name == "workqueue":
                 best = _best_setting(results, system)
                 if "backlog" in chosen:
@@ -212,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     if "profile" in results:
         print("\n" + profiling.render(results["profile"]))
     quick_note = " (quick run: at these sizes the verdicts mean nothing)" if args.quick else ""
-    print(f"\nTargets of issues 3, 8, 15 and 17 measured in this run{quick_note}:")
+    print(f"\nTargets of issues 3, 8, 15, 16 and 17 measured in this run{quick_note}:")
     print(report.targets_table(results["targets"]))
     for name, error in results["errors"].items():
         print(f"\nERROR in {name}: {error.splitlines()[0]}")

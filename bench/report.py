@@ -1,4 +1,5 @@
-"""The comparison table printed at the end of a run, and the targets of issues 3, 8 and 15."""
+"""The comparison table printed at the end of a run, and the targets of issues 3, 8, 15, 16
+and 17."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "higher",
     ),
     "drain": ("drain, one worker process, best setting", "jobs/s", "higher"),
+    "db_drain_wal": ("drain: WAL per job (one worker, best setting)", "B/job", "lower"),
+    "db_drain_statements": (
+        "drain: statements per job, as the server logs them",
+        "stmts/job",
+        "lower",
+    ),
+    "db_drain_commits": ("drain: transactions per job", "xacts/job", "lower"),
+    "db_enqueue_wal": ("bulk fill (calls of 5,000): WAL per job", "B/job", "lower"),
+    "db_enqueue_statements": ("bulk fill: statements per job", "stmts/job", "lower"),
     "latency_p50": ("pickup latency p50 (LISTEN/NOTIFY where offered)", "ms", "lower"),
     "latency_p95": ("pickup latency p95 (LISTEN/NOTIFY where offered)", "ms", "lower"),
     "latency_no_notify_p50": ("pickup latency p50, polling only", "ms", "lower"),
@@ -126,6 +136,8 @@ for _prefix, _vendor in (("", "PostgreSQL"), ("sqlite_", "SQLite")):
 def _number(value: float, unit: str) -> str:
     if unit == "ratio":
         return f"{value:.2f}"
+    if unit.endswith("/job") and value < 1:
+        return f"{value:.3f}"
     if unit == "ms" or value < 100:
         return f"{value:,.2f}" if value < 10 else f"{value:,.1f}"
     return f"{value:,.0f}"
@@ -219,6 +231,11 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
          "higher", "x"),
         ("4 processes ≥ 1.6x one", ratio(_median(results, "scaling_4", wq),
          _median(results, "scaling_1", wq)), 1.6, "higher", "x"),
+        ("issue 16: WAL per drained job ≤ PgQueuer's", ratio(_median(results, "db_drain_wal", wq),
+         _median(results, "db_drain_wal", "pgqueuer")), 1.0, "lower", "x"),
+        ("issue 16: statements per drained job ≤ PgQueuer's",
+         ratio(_median(results, "db_drain_statements", wq),
+               _median(results, "db_drain_statements", "pgqueuer")), 1.0, "lower", "x"),
         ("SQLite drain ≥ 2,000 jobs/s", _median(results, "sqlite_drain", wq), 2000.0, "higher",
          " jobs/s"),
     ]  # fmt: skip
@@ -274,6 +291,21 @@ def _engine_targets(results: dict[str, Any]) -> list[tuple[str, float | None, fl
             (f"issue 15, {vendor}: process pool drains no-ops ≥ 0.5x the thread pool",
              _median(results, prefix + "pools_noop_ratio", wq), 0.5, "higher", "x"),
         ]  # fmt: skip
+    for case, what in (
+        ("concurrency", "concurrency="),
+        ("concurrency_per_key", "per-key concurrency="),
+        ("rate", "rate="),
+        ("fair", "fair_key="),
+    ):
+        rows.append(
+            (
+                f"issue 16, PostgreSQL: claim under {what} ≤ 1.2x a plain claim",
+                _median(results, f"flow_claim_{case}_ratio", wq),
+                1.2,
+                "lower",
+                "x",
+            )
+        )
     return rows
 
 

@@ -11,6 +11,7 @@
     python bench/run.py --metrics flow_claim  # what flow control costs a claim
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
+    python bench/run.py --systems workqueue,pgqueuer --metrics drain,db_cost  # WAL, statements
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
     python bench/run.py --metrics scaling_curve  # 1-8 processes, PostgreSQL vs Python CPU
     python bench/run.py --metrics idle_fleet  # what 50 idle workers cost PostgreSQL (issue 17)
@@ -44,8 +45,8 @@ ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency"
                   "workflow_fanin", "release_cost", "flow_claim",
                   "skip_queue_latency", "signals_cost", "pools", "scaling_curve",
                   "idle_fleet")  # fmt: skip
-ALL_METRICS = ("enqueue", "drain", "latency", "backlog", "sustained", "scaling", "sqlite",
-               *ENGINE_METRICS)  # fmt: skip
+ALL_METRICS = ("enqueue", "drain", "latency", "db_cost", "backlog", "sustained", "scaling",
+               "sqlite", *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
 # Left out of --quick unless named: at smoke sizes they still take tens of seconds (the pools'
 # eight drains start a worker and its children each; the idle fleet waits out its windows).
