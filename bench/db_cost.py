@@ -36,6 +36,7 @@ from typing import Any
 
 from . import pgadmin
 from .metrics import Log, Sizes
+from .scaling_metrics import _wal_position
 from .stats import summary
 from .systems.base import System
 
@@ -91,10 +92,6 @@ class Window:
             handle.seek(self._offset)
             text = handle.read().decode("utf-8", "replace")
         return sum(1 for line in text.splitlines() if self._marker in line and _LOGGED.search(line))
-
-
-def _wal_position() -> int:
-    return int(pgadmin.scalar("postgres", "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
 def _commits(database: str) -> int:
