@@ -29,6 +29,7 @@ from testproject.testapp.tasks import (
     batch_wrong_count,
 )
 from tests.support.database import db_now, fresh
+from tests.support.plans import captured_statements, explain
 from tests.support.settings import workqueue_settings
 from tests.support.waiting import join_slots, wait_until
 
@@ -147,15 +148,9 @@ def test_postgresql_batch_claim_walks_the_flow_index():
         )
         for n in range(3000)
     )  # fmt: skip
-    statements = []
-
-    def capture(execute, sql, params, many, context):
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Job._meta.db_table}")
-    with connection.execute_wrapper(capture):
+    with captured_statements() as statements:
         assert len(claim().batches) == 1
     # One read of every batch task's group, then the claim of the one group that is due.
     assert [sorted(params) for _, params in statements] == [
@@ -163,9 +158,7 @@ def test_postgresql_batch_claim_walks_the_flow_index():
         ["key", "now", "owner", "queue", "size", "wait"],
     ]
     for sql, params in statements:
-        with connection.cursor() as cursor:
-            cursor.execute(f"EXPLAIN {sql}", params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = explain(sql, params)
         assert "wq_job_flow" in plan, plan
         seq_scans = [
             line for line in plan.splitlines() if "Seq Scan on " + Job._meta.db_table in line

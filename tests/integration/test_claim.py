@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from django_workqueue.db import driver_for
 from django_workqueue.models import Job
 from tests.support.database import db_now, fresh
 from tests.support.factories import JobFactory
+from tests.support.plans import captured_statements
 
 OWNER = "owner-x"
 
@@ -178,19 +177,6 @@ def test_concurrent_claimers_never_get_the_same_job():
 
 
 # --- the query plan -----------------------------------------------------------------------
-
-
-@contextmanager
-def captured_statements() -> Iterator[list[tuple[str, Any]]]:
-    """The (sql, params) the driver passes to its cursor, exactly as executed."""
-    statements: list[tuple[str, Any]] = []
-
-    def capture(execute, sql, params, many, context):
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(capture):
-        yield statements
 
 
 def explain_claim(queues: list[str], explain: str) -> str:
