@@ -154,11 +154,22 @@ LOCK_TIMEOUT = "2s"
 # transaction are bounded too, and nothing is left on the session, which a transaction pooler
 # would hand to another client.
 _BOUNDED_LOCK_WAITS = f"(SELECT set_config('lock_timeout', '{LOCK_TIMEOUT}', true)) IS NOT NULL"
-# Sent ahead of a statement that walks wq_job_flow in its order (``_fetch_in_index_order``):
-# sorting off for the rest of the transaction, and JIT compilation too, which a disabled sort's
-# cost penalty (it stays in the plan's total where a sort cannot be avoided) would otherwise
-# start, spending a quarter of a second compiling a statement that runs in a millisecond.
-_NO_SORTS = "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
+# The statements around one that reads ready jobs in wq_job_flow's order
+# (``_fetch_in_index_order``): save the planner's settings, turn sorting off, and JIT compilation
+# too, which a disabled sort's cost penalty (it stays in the total of a plan whose sort cannot
+# be avoided) would otherwise start, spending a quarter of a second compiling a statement that
+# runs in a millisecond; after it, put the saved settings back. All transaction-local
+# (``set_config``'s is_local), in a custom variable of their own while saved.
+_PLAN_SAVE = (
+    "SELECT set_config('workqueue.enable_sort', current_setting('enable_sort'), true), "
+    "set_config('workqueue.jit', current_setting('jit'), true)"
+)
+_PLAN_IN_ORDER = "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
+_PLAN_RESTORE = (
+    "SELECT set_config('enable_sort', current_setting('workqueue.enable_sort'), true), "
+    "set_config('jit', current_setting('workqueue.jit'), true)"
+)
+
 # A prepared statement this connection made is not on the server session that runs it, or one
 # of its name is there already: a pooler in transaction mode without prepared-statement support
 # hands each transaction whichever server connection is free.
@@ -365,22 +376,31 @@ class PostgresDriver(Driver):
         which may take a while (10% of its rows must change first): a burst of jobs then gets
         the sorted plan, and every step of the walk reads all the queue's ready rows (on
         PostgreSQL 15, a claim of 8 among 20,000 ready jobs on 2,000 keys: 125 ms instead of
-        2). With sorts off, the ordered read is the one plan without a penalty, whatever the
-        statistics. ``SET LOCAL`` lasts to the end of the transaction: the statement's own
-        implicit one (both sent in one round trip), or the flow claim's open transaction,
-        whose other statements sort nothing.
+        3). With sorts off, the ordered read is the one plan without a penalty, whatever the
+        statistics.
+
+        The settings are saved before and put back after the statement, all in one round trip
+        on Django's client-side binding (one implicit transaction in autocommit), so nothing
+        outlives the statement: neither on the session a transaction pooler hands on, nor in
+        a caller's open transaction (a test's, around ``testing.drain``). A cursor that binds
+        on the server (or psycopg2) runs one statement per call: the four go one by one, in a
+        transaction (the caller's if there is one).
         """
+        statements = (_PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE)
         with self.connection.cursor() as cursor:
             if isinstance(cursor.cursor, _ClientCursor):
-                cursor.execute(f"{_NO_SORTS}; {sql}", params)
+                cursor.execute("; ".join(statements), params)
+                cursor.nextset()
                 cursor.nextset()
                 return cursor.fetchall()
-        # Server-side binding (or psycopg2) runs one statement per call: the SET goes first,
-        # in a transaction that holds it for the statement.
-        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            cursor.execute(_NO_SORTS)
+        atomic = transaction.atomic(using=self.alias, savepoint=False)
+        with atomic, self.connection.cursor() as cursor:
+            cursor.execute(_PLAN_SAVE)
+            cursor.execute(_PLAN_IN_ORDER)
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            rows = cursor.fetchall()
+            cursor.execute(_PLAN_RESTORE)
+        return rows
 
     def claim(
         self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None

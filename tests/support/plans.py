@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, transaction
 
-from django_workqueue.db.postgresql import _NO_SORTS
+from django_workqueue.db.postgresql import _PLAN_IN_ORDER, _PLAN_RESTORE, _PLAN_SAVE
 
-PREFIX = f"{_NO_SORTS}; "
+# How ``PostgresDriver._fetch_in_index_order`` wraps a statement in one round trip.
+PREFIX = f"{_PLAN_SAVE}; {_PLAN_IN_ORDER}; "
+SUFFIX = f"; {_PLAN_RESTORE}"
 
 
 @contextmanager
@@ -27,13 +30,28 @@ def captured_statements() -> Iterator[list[tuple[str, Any]]]:
         yield statements
 
 
-def explain(sql: str, params: Mapping[str, Any] | None) -> str:
+def in_index_order(sql: str) -> str | None:
+    """The statement ``sql`` wraps in the planner settings of ``_fetch_in_index_order``, if
+    it does."""
+    if sql.startswith(PREFIX) and sql.endswith(SUFFIX):
+        return sql[len(PREFIX) : -len(SUFFIX)]
+    return None
+
+
+def explain(sql: str, params: Mapping[str, Any] | None, *, pinned: bool = True) -> str:
     """The plan of a captured statement, as it was planned: one the driver sent behind the
-    planner settings of ``_fetch_in_index_order`` is explained under them (in a transaction,
-    which holds them for the EXPLAIN and then drops them)."""
+    settings of ``_fetch_in_index_order`` is explained under them (``pinned=False``: without)
+    in a transaction that drops them."""
+    inner = in_index_order(sql)
     with transaction.atomic(), connection.cursor() as cursor:
-        if sql.startswith(PREFIX):
-            cursor.execute(_NO_SORTS)
-            sql = sql[len(PREFIX) :]
+        if inner is not None:
+            sql = inner
+            if pinned:
+                cursor.execute(_PLAN_IN_ORDER)
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def reads(plan: str, index: str) -> bool:
+    """Whether ``plan`` reads ``index`` (the whole name: wq_job_flow is not wq_job_flow_running)."""
+    return re.search(rf"\b{re.escape(index)}\b", plan) is not None
