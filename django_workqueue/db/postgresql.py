@@ -114,10 +114,17 @@ def _announced_pid(connection: Any) -> int:
     return int(pid if pid is not None else connection.get_backend_pid())
 
 
-try:
-    from psycopg import ClientCursor as _ClientCursor
-except ImportError:  # pragma: no cover - psycopg2: isinstance of an empty tuple is False
-    _ClientCursor = ()  # type: ignore[assignment,misc]
+def _client_cursor_class() -> Any:
+    """psycopg 3's client-side binding cursor class; without psycopg 3 (psycopg2) an empty
+    tuple, of which nothing is an instance."""
+    try:
+        from psycopg import ClientCursor
+    except ImportError:  # pragma: no cover - psycopg2
+        return ()
+    return ClientCursor
+
+
+_ClientCursor: Any = _client_cursor_class()
 
 # A prepare threshold no statement reaches by repetition.
 _NEVER_BY_COUNT = 2**62
