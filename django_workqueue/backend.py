@@ -188,6 +188,7 @@ class WorkqueueBackend(BaseTaskBackend):
         """Our task running ``task``, with its queue, priority and run_after."""
         self.validate_task(task)
         ours = django_tasks.register(task, self.task_options(task))
+        django_tasks.warn_if_unknown_to_workers(task)
         return ours.using(queue=task.queue_name, priority=task.priority, run_at=task.run_after)
 
     def _prepare(self, task: Task, args: Any, kwargs: Any) -> Any:
@@ -266,7 +267,9 @@ class WorkqueueBackend(BaseTaskBackend):
         if django_task is None:
             raise TaskResultDoesNotExist(
                 f"result {result_id!r} is a job of {job.task_name}, which is not a django.tasks "
-                f"task; read it as a job (django_workqueue.models.Job)"
+                f"task defined in this process; read it as a job (django_workqueue.models.Job), "
+                f"or import the module that defines the task at start-up (an installed app's "
+                f"tasks.py, or WORKQUEUE['TASK_MODULES'])"
             )
         return django_tasks.task_result(job, django_task, self.alias)
 

@@ -4,20 +4,21 @@ A Django task (``@django.tasks.task``) whose backend is a ``WorkqueueBackend`` b
 our tasks under its ``module_path``: the engine stores, claims, leases, retries and records it
 like any other job. What the function gets is Django's: a ``TaskContext`` (with the attempt and
 the ``TaskResult``) for ``takes_context`` tasks, and Django's ``task_started`` /
-``task_finished`` signals around the run. A worker that meets a job of a Django task it has not
-seen yet imports the task by its path (``resolve``), but only when what it finds there is a
-Django task of a ``WorkqueueBackend``: a job row cannot make a worker call anything else.
+``task_finished`` signals around the run. A Django task is registered when it is defined (the
+backend's ``validate_task``): nothing is ever imported by a task's path, which job rows and
+requests carry. A worker knows the Django tasks of the modules it imports at start-up; a task
+defined elsewhere is named by a warning at its first enqueue (``warn_if_unknown_to_workers``).
 
-Importable on every Django version: on Django < 6.0 nothing resolves.
+Importable on every Django version; only ``backend.py`` (Django 6.0+) registers tasks here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
+import sys
 from typing import TYPE_CHECKING, Any
-
-import django
 
 from .states import Status
 
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .models import Job
     from .registry import Task
-
-HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
 # What each of our statuses is in Django's four.
 RESULT_STATUS = {
@@ -43,10 +42,14 @@ RESULT_STATUS = {
     Status.CANCELLED: "FAILED",
 }
 
+logger = logging.getLogger("django_workqueue")
+
 # module_path -> (the Django task, our task, the options it was registered with)
 _bridged: dict[str, tuple[DjangoTask, Task[..., Any], dict[str, Any]]] = {}
-# Names that were looked for and are not Django tasks of ours (imported once, not per job).
-_not_django: set[str] = set()
+# Tasks first registered after start-up (module_path -> module): a worker may not know them.
+# Both hold names of tasks the code defines (as many as it defines), never names from outside.
+_defined_late: dict[str, str] = {}
+_warned: set[str] = set()
 
 CANCELLED_ERROR = "django_workqueue.exceptions.JobCancelled"
 
@@ -71,44 +74,49 @@ def register(django_task: DjangoTask, options: dict[str, Any]) -> Task[..., Any]
         priority=django_task.priority,
         **options,
     )
+    if known is None and not _at_start_up():
+        _defined_late[name] = django_task.func.__module__
     _bridged[name] = (django_task, ours, dict(options))
-    _not_django.discard(name)
     return ours
 
 
 def django_task_of(name: str) -> DjangoTask | None:
-    """The Django task registered as ``name`` (imported by path if need be), or None."""
-    if name not in _bridged:
-        resolve(name)
+    """The Django task registered as ``name``, or None (a look-up: nothing is imported)."""
     known = _bridged.get(name)
     return None if known is None else known[0]
 
 
-def resolve(name: str) -> Task[..., Any] | None:
-    """Our task for the Django task at the dotted path ``name``, importing its module, if it
-    is a Django task whose backend is a ``WorkqueueBackend``; else None (remembered)."""
-    known = _bridged.get(name)
-    if known is not None:
-        return known[1]
-    if not HAS_DJANGO_TASKS or name in _not_django or "." not in name:
-        return None
-    from django.tasks import Task as DjangoTask
-    from django.utils.module_loading import import_string
+def _at_start_up() -> bool:
+    """Whether the code running now runs in every process of the project as it starts, so in
+    every worker too: while Django sets up its apps (settings, models, each app's ``ready()``,
+    which imports the apps' tasks modules and ``WORKQUEUE["TASK_MODULES"]``), or while the
+    URLconf is imported (workers import it at start: ``apps.import_urlconf``)."""
+    from django.apps import apps
+    from django.conf import settings
 
-    try:
-        found = import_string(name)
-    except Exception:
-        found = None
-    if isinstance(found, DjangoTask):
-        from .backend import WorkqueueBackend
+    if not apps.ready:
+        return True
+    urlconf = sys.modules.get(str(getattr(settings, "ROOT_URLCONF", "")))
+    # Python marks a module's spec ``_initializing`` while the module's code runs.
+    return bool(getattr(getattr(urlconf, "__spec__", None), "_initializing", False))
 
-        backend = found.get_backend()
-        if isinstance(backend, WorkqueueBackend):
-            # Defining the task validated it, which registered it; register again in case the
-            # module was imported before the backend could (another backend alias, a reload).
-            return register(found, backend.task_options(found))
-    _not_django.add(name)
-    return None
+
+def warn_if_unknown_to_workers(django_task: DjangoTask) -> None:
+    """Log (once per task) that ``django_task`` was defined in a module that workers do not
+    import at start-up: they cannot run its jobs, which fail with ``TaskNotRegistered``."""
+    name = django_task.module_path
+    module = _defined_late.get(name)
+    if module is None or name in _warned:
+        return
+    _warned.add(name)
+    logger.warning(
+        "django.tasks task %s is defined in %s, which was imported after start-up: a worker "
+        "imports only each installed app's tasks module, WORKQUEUE['TASK_MODULES'] and the "
+        "URLconf (with what they import), so it does not know this task and its jobs will "
+        "fail with TaskNotRegistered. Move the task into an installed app's tasks.py, or add "
+        "%r to WORKQUEUE['TASK_MODULES'] (docs/guides/django-tasks.md#where-tasks-live).",
+        name, module, module,
+    )  # fmt: skip
 
 
 def _runner(django_task: DjangoTask) -> Any:

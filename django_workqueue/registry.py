@@ -700,14 +700,13 @@ def get_task(name: str) -> Task[..., Any]:
 
 
 def find_task(name: str) -> Task[..., Any] | None:
-    """The task registered as ``name``, or None. A name no ``@task`` registered may be a
-    ``django.tasks`` task of the ``WorkqueueBackend``, imported by its path on first use."""
-    found = _registry.get(name)
-    if found is None:
-        from .django_tasks import resolve
+    """The task registered as ``name``, or None.
 
-        found = resolve(name)
-    return found
+    A look-up only: it never imports. Names come from requests, job rows, schedules and
+    command lines, and importing a module runs its code; the registry is filled at start-up
+    instead (``apps.discover_tasks``, ``apps.import_urlconf``, and ``django.tasks`` tasks of
+    the ``WorkqueueBackend`` as they are defined)."""
+    return _registry.get(name)
 
 
 def registered_tasks() -> dict[str, Task[..., Any]]:

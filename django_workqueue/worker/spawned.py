@@ -46,11 +46,13 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
+    from ..apps import import_urlconf
     from ..management.commands.runworker import configure_logging
     from .child import serve
     from .wire import Channel
 
     configure_logging(verbosity)
+    import_urlconf()  # the tasks its worker knows: the same imports at start
     serve(Channel(jobs), Channel(control), worker_id)
 
 

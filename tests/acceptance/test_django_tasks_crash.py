@@ -17,6 +17,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6.0+"),
 ]
+# Workers import the tests' Django tasks as a project's TASK_MODULES (never by a job's name).
+TASK_MODULES = {"WORKQUEUE_TASK_MODULES": "tests.support.django_tasks"}
 
 
 def test_killed_worker_leaves_the_result_a_second_attempt(
@@ -28,7 +30,7 @@ def test_killed_worker_leaves_the_result_a_second_attempt(
 
     marker = tmp_path / "started"
     result = django_tasks.die_once.enqueue(str(marker))
-    a = start_worker(name="a")
+    a = start_worker(name="a", env=TASK_MODULES)
     wait_for(lambda: marker.exists() and marker.read_text(), alive=[a], message="attempt 1")
     result.refresh()
     assert (result.status, result.attempts) == (TaskResultStatus.RUNNING, 1)
@@ -36,7 +38,7 @@ def test_killed_worker_leaves_the_result_a_second_attempt(
 
     a.send(signal.SIGKILL)
     assert a.wait() == -signal.SIGKILL
-    b = start_worker(name="b")
+    b = start_worker(name="b", env=TASK_MODULES)
 
     def finished() -> bool:
         result.refresh()

@@ -232,7 +232,7 @@ def test_a_task_without_api_true_is_refused_with_the_fix():
     response = enqueue(client_as("superuser"), task="testproject.testapp.tasks.add", args=[1, 2])
 
     assert response.status_code == 400
-    assert "register it with @task(api=True)" in response.json()["task"]
+    assert "register the task with @task(api=True)" in response.json()["task"]
     assert not Job.objects.exists()
 
 
@@ -240,7 +240,8 @@ def test_an_unregistered_task_is_refused():
     response = enqueue(client_as("superuser"), task="nowhere.task")
 
     assert response.status_code == 400
-    assert "no task is registered as 'nowhere.task'" in response.json()["task"]
+    says = response.json()["task"]
+    assert "no task the API may enqueue is registered as 'nowhere.task'" in says
 
 
 @pytest.mark.parametrize(

@@ -34,3 +34,20 @@ def test_every_tasks_setting_in_the_guide_is_accepted() -> None:
     # The guide lists every task option the backend takes.
     text = GUIDE.read_text()
     assert [name for name in TASK_OPTIONS if f"`{name}`" not in text] == []
+
+
+def test_the_guide_shows_the_warning_a_task_unknown_to_workers_gets(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from django_workqueue import django_tasks
+
+    section = GUIDE.read_text().split("## Where tasks live", 1)[1].split("\n## ", 1)[0]
+    [shown] = re.findall(r"```text\n(.*?)```", section, flags=re.DOTALL)
+    monkeypatch.setattr(django_tasks, "_warned", set())
+    monkeypatch.setattr(django_tasks, "_defined_late", {"shop.reports.build": "shop.reports"})
+    with caplog.at_level("WARNING", logger="django_workqueue"):
+        django_tasks.warn_if_unknown_to_workers(SimpleNamespace(module_path="shop.reports.build"))
+    [record] = caplog.records
+    assert " ".join(shown.split()) == record.getMessage()

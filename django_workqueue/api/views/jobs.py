@@ -133,12 +133,12 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         name = data["task"]
-        task = find_task(name)
-        if task is None:
-            raise ValidationError({"task": f"no task is registered as {name!r}"})
-        if not task.spec.api:
+        task = find_task(name)  # a look-up in the registry: a name imports nothing
+        if task is None or not task.spec.api:
+            # One answer for both, so that it does not tell which other tasks exist.
             raise ValidationError(
-                {"task": f"task {name} cannot be enqueued through the API; register it with "
+                {"task": f"no task the API may enqueue is registered as {name!r}; give the "
+                 f"task's registered name (its dotted path), and register the task with "
                  f"@task(api=True) to allow it"}
             )  # fmt: skip
         options = {

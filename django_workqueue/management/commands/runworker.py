@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from ...apps import import_urlconf
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
 from ...models import Job
@@ -205,6 +206,7 @@ class Command(BaseCommand):
                 f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
                 f"{', '.join(conf.QUEUES)}"
             )
+        import_urlconf()  # the tasks the views' modules define (docs/guides/django-tasks.md)
         tasks = registered_tasks()
         if not tasks:
             raise CommandError(_nothing_to_run())
