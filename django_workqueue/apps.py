@@ -7,6 +7,7 @@ import logging
 from django.apps import AppConfig, apps
 from django.utils.module_loading import module_has_submodule
 
+from . import django_tasks, registry
 from .registry import import_errors
 
 logger = logging.getLogger("django_workqueue")
@@ -21,6 +22,9 @@ class WorkqueueConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the system checks
 
         discover_tasks()
+        if django_tasks.HAS_DJANGO_TASKS:
+            # The registry sits below the django.tasks bridge: the bridge offers itself.
+            registry.add_finder(django_tasks.resolve)
         connect_realtime()
 
 

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from django.tasks import TaskResult
 
     from .context import JobContext
+    from .decorator import Task
     from .models import Job
-    from .registry import Task
 
 HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
@@ -53,7 +53,8 @@ CANCELLED_ERROR = "django_workqueue.exceptions.JobCancelled"
 
 def register(django_task: DjangoTask, options: dict[str, Any]) -> Task[..., Any]:
     """Our task running ``django_task`` (made once per task and options)."""
-    from .registry import find_task, task
+    from .decorator import task
+    from .registry import find_task
 
     name = django_task.module_path
     known = _bridged.get(name)
@@ -100,10 +101,8 @@ def resolve(name: str) -> Task[..., Any] | None:
     except Exception:
         found = None
     if isinstance(found, DjangoTask):
-        from .backend import WorkqueueBackend
-
         backend = found.get_backend()
-        if isinstance(backend, WorkqueueBackend):
+        if getattr(type(backend), "runs_on_workqueue", False) is True:  # a WorkqueueBackend
             # Defining the task validated it, which registered it; register again in case the
             # module was imported before the backend could (another backend alias, a reload).
             return register(found, backend.task_options(found))

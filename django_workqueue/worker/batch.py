@@ -35,7 +35,6 @@ from ..exceptions import (
 from ..flow.batches import claim_batches
 from ..outcomes import OutcomeKind
 from ..payload import describe
-from ..registry import Task
 from ..workflow.store import first_argument
 from .asyncloop import AsyncLoop
 from .connections import close_unusable_connections, tidy_connections
@@ -43,6 +42,7 @@ from .execution import _classified, _malformed_arguments, _not_run, _success
 from .lease import RunningJob
 
 if TYPE_CHECKING:
+    from ..decorator import Task
     from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
@@ -40,11 +40,15 @@ from ..exceptions import (
 )
 from ..outcomes import Outcome, OutcomeKind
 from ..payload import storable_text
-from ..registry import Task, find_task, import_errors
+from ..registry import find_task, import_errors
 from ..states import Status
 from ..workflow import release
 from ..workflow.store import first_argument
 from .asyncloop import AsyncLoop
+
+if TYPE_CHECKING:
+    from ..decorator import Task
+
 
 logger = logging.getLogger("django_workqueue.worker")
 

@@ -25,9 +25,9 @@ from ..states import RunCondition
 
 if TYPE_CHECKING:
     from ..db import NewJob
+    from ..decorator import Task
     from ..enqueue import Call
     from ..models import Workflow
-    from ..registry import Task
 
 # A value's shape: a node index (its job's result), or a list of shapes (a group's results).
 Shape = int | list[Any]

@@ -31,7 +31,7 @@ from .canvas import Composition, Graph, Signature, Step, output_ids
 from .release import Effects
 
 if TYPE_CHECKING:
-    from ..registry import Task
+    from ..decorator import Task
 
 logger = logging.getLogger("django_workqueue.workflow")
 

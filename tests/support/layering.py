@@ -45,7 +45,10 @@ def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
                     stack.append(successor)
                     on_stack.add(successor)
                     work.append(
-                        (successor, iter(sorted(graph.find_modules_directly_imported_by(successor))))
+                        (
+                            successor,
+                            iter(sorted(graph.find_modules_directly_imported_by(successor))),
+                        )
                     )
                     break
                 if successor in on_stack:
@@ -109,7 +112,9 @@ def function_imports(package_dir: Path) -> list[FunctionImport]:
     found = []
     for path in _modules(package_dir):
         relative = path.relative_to(package_dir.parent)
-        module_name = ".".join(relative.with_suffix("").parts)
+        parts = relative.with_suffix("").parts
+        # A package's own module: a relative import of level 1 names the package itself.
+        module_name = ".".join(parts[:-1] if path.name == "__init__.py" else parts)
         if path.name == "__init__.py":
             module_name += ".__init__"
         tree = ast.parse(path.read_text(), str(path))
