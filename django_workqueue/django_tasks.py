@@ -101,7 +101,7 @@ def resolve(name: str) -> Task[..., Any] | None:
     except Exception:
         found = None
     if isinstance(found, DjangoTask):
-        backend = found.get_backend()
+        backend: Any = found.get_backend()
         if getattr(type(backend), "runs_on_workqueue", False) is True:  # a WorkqueueBackend
             # Defining the task validated it, which registered it; register again in case the
             # module was imported before the backend could (another backend alias, a reload).

@@ -24,7 +24,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
-from . import payload, signals, wakeup
+from . import payload, signalling, wakeup
 from .conf import workqueue_settings as conf
 from .db import Encoded, NewJob, driver_for
 from .exceptions import (
@@ -390,7 +390,7 @@ def _insert(
     jobs: list[Job | None] = [None] * len(arguments)
     if written:
         transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
-        signals.enqueued(alias, template.task_name, template.queue, rows.ids)
+        signalling.enqueued(alias, template.task_name, template.queue, rows.ids)
         shared = dict(
             _JOB_DEFAULTS,
             task_name=template.task_name, queue=template.queue, priority=template.priority,

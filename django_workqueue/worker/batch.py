@@ -21,7 +21,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import signals
+from .. import signalling, signals
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver, Outcome
 from ..exceptions import (
@@ -163,7 +163,7 @@ def run_batch(batch: Batch, driver: Driver, loop: AsyncLoop | None) -> dict[int,
     task = batch.task
     if signals.job_started.receivers:
         for job, item in batch.members:
-            signals.started(job.id, job.task_name, job.queue, job.attempt, item.context.owner)
+            signalling.started(job.id, job.task_name, job.queue, job.attempt, item.context.owner)
     outcomes: dict[int, Outcome] = {}
     calls: list[tuple[ClaimedJob, JobContext, Any]] = []
     for job, item in batch.members:

@@ -26,7 +26,7 @@ from django.db.models import Case, ExpressionWrapper, F, IntegerField, Value, Wh
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import signals, wakeup
+from .. import signalling, wakeup
 from ..db import Driver, Ended, Outcome, Recorded, driver_for
 from ..exceptions import DependencyFailed
 from ..models import Dependency, Job, Workflow
@@ -48,7 +48,7 @@ def record(
     with transaction.atomic(using=driver.alias):
         recorded = driver.record_many(owner, outcomes, skip_locked=skip_locked)
         # Registered first: the jobs' own signals come before those of what they released.
-        signals.outcomes_written(driver.alias, owner, outcomes, recorded)
+        signalling.outcomes_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)
         stats_counters.count(driver, owner, outcomes, recorded)  # one statement a batch
         _announce_returns(driver, outcomes, recorded)
@@ -103,7 +103,7 @@ def settle(alias: str, ended: Iterable[Ended]) -> None:
     """Count jobs that just ended (outside a worker's write) on their dependents and
     workflows, in the caller's transaction."""
     ended = list(ended)
-    signals.jobs_ended(alias, ended)
+    signalling.jobs_ended(alias, ended)
     effects = Effects(alias)
     effects.ended(ended)
     effects.apply()
@@ -218,7 +218,7 @@ class Effects:
         Job.objects.using(self.alias).bulk_update(changed, ["errors", "status"])
         jobs.filter(id__in=[job.pk for job in changed]).update(finished_at=Now())
         ended = [Ended(job.pk, cancelled, unmet[job.pk][0].workflow_id) for job in changed]
-        signals.jobs_ended(self.alias, ended)
+        signalling.jobs_ended(self.alias, ended)
         return ended
 
     def _update_workflows(self) -> None:
@@ -294,7 +294,7 @@ def finish(alias: str, workflow: Workflow) -> None:
         .filter(pk=workflow.pk, open=0)
         .update(status=status, result=_shaped(workflow.output, results), finished_at=Now())
     ):
-        signals.workflow_ended(alias, workflow.pk, status)
+        signalling.workflow_ended(alias, workflow.pk, status)
 
 
 def _leaves(shape: Any) -> Iterable[int]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Max
 
-from .. import signals
+from .. import signalling
 from ..conf import workqueue_settings as conf
 from ..db import Ended, driver_for
 from ..exceptions import InvalidOption
@@ -164,7 +164,7 @@ def write_nodes(alias: str, graph: Graph, workflow_id: int, effects: Effects) ->
             keys = tuple(None if own is None else own[0] for own in flows)
             template = dataclasses.replace(template, flow_keys=keys)
         inserted = driver.insert(template, payloads)
-        signals.enqueued(alias, template.task_name, template.queue, inserted.ids)
+        signalling.enqueued(alias, template.task_name, template.queue, inserted.ids)
         for index, pk in zip(indexes, inserted.ids, strict=True):
             ids[index] = pk
         if template.waiting_on == 0:

@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import override_settings
 
-from django_workqueue import signals
+from django_workqueue import signalling, signals
 from django_workqueue.models import Job, Workflow
 from django_workqueue.operations import cancel_job
 from django_workqueue.realtime import events
@@ -44,7 +44,7 @@ def viewer() -> bytes:
 
 
 def report(job: Job, current: int, message: str, attempt: int = 1) -> None:
-    signals.send(signals.job_progress, job_id=job.pk, task_name=job.task_name, attempt=attempt,
+    signalling.send(signals.job_progress, job_id=job.pk, task_name=job.task_name, attempt=attempt,
                  current=current, total=4, message=message, details={"n": current})  # fmt: skip
 
 
