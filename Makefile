@@ -4,7 +4,7 @@ PYTHON ?= python3
 CHAOS_REPORT ?= $(CURDIR)/chaos-report.jsonl
 CHAOS_ENVS ?= py311-django52-postgres,py311-django52-sqlite
 
-.PHONY: test chaos bench screenshots
+.PHONY: test chaos bench screenshots layers
 
 test:  ## the whole matrix, as CI runs it
 	$(PYTHON) -m tox
@@ -23,3 +23,9 @@ bench:  ## the full benchmark against the peers (see docs/explanation/performanc
 # The README's pictures, taken by the browser tests (tests/browser) in the system's Chromium.
 screenshots:
 	WORKQUEUE_UPDATE_SCREENSHOTS=1 $(PYTHON) -m tox -e py311-django52-sqlite -- tests/browser
+
+# The import layers (docs/explanation/architecture.md): the contracts, then the measures
+# (import cycles, imports inside functions, longest function and module, lines of code).
+layers:
+	lint-imports
+	$(PYTHON) -m tests.support.layering

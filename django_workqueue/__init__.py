@@ -7,6 +7,7 @@
 """
 
 from .context import AbortReason, JobContext
+from .decorator import Task, task
 from .exceptions import (
     Discard,
     EnqueueError,
@@ -21,7 +22,6 @@ from .exceptions import (
     TaskNotRegistered,
     WorkqueueError,
 )
-from .registry import Task, task
 from .workflow import chain, group
 
 __all__ = [

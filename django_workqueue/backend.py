@@ -40,8 +40,8 @@ from .conf import workqueue_settings as conf
 from .exceptions import WorkqueueError
 
 if TYPE_CHECKING:
+    from .decorator import Task as EngineTask
     from .models import Job
-    from .registry import Task as EngineTask
     from .workflow.canvas import Signature
 
 # Our task options a Django task may take (per task in OPTIONS, or on Django 6.1 as arguments
@@ -100,6 +100,9 @@ class WorkqueueBackend(BaseTaskBackend):
     """Runs Django tasks on django-workqueue's workers (``manage.py runworker``)."""
 
     task_class = WorkqueueTask
+    runs_on_workqueue = True
+    """What ``django_tasks.resolve`` looks for before it registers a task it imported by path
+    (the bridge sits below this module and does not import it)."""
 
     supports_defer = True
     """``Task.using(run_after=...)``: the job waits until then (database clock)."""

@@ -173,7 +173,11 @@ class JobContext:
             storable_text(str(message))[:PROGRESS_MESSAGE_LENGTH],
             None if details is None else _progress_details(details),
         )
-        _send_progress_signal(self)
+        # Imported here: this module is imported with the package, before Django's app
+        # registry is ready, and signalling imports the models.
+        from . import signalling
+
+        signalling.progress(self)
         if self._on_progress is None:  # run outside a worker (tests, tools): write now
             return self.write_progress()
         self._on_progress(self)
@@ -332,23 +336,3 @@ def _progress_details(details: Any) -> dict[str, Any]:
     # A copy, as stored: the task may change its dict before the control thread writes it.
     copy: dict[str, Any] = json.loads(encoded)
     return copy
-
-
-def _send_progress_signal(context: JobContext) -> None:
-    from .registry import find_task
-    from .signals import job_progress
-
-    if not job_progress.receivers:  # the common case costs one attribute read
-        return
-    current, total, message, details = context.progress  # type: ignore[misc]
-    responses = job_progress.send_robust(  # the sender is the task, as for every job signal
-        sender=find_task(context.job.task_name), job_id=context.job.id,
-        task_name=context.job.task_name, attempt=context.job.attempt, current=current,
-        total=total, message=message, details=details,
-    )  # fmt: skip
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logger.error(
-                "job %s: job_progress receiver %r raised", context.job.id, receiver,
-                exc_info=response,
-            )  # fmt: skip

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from django.tasks import TaskResult
 
     from .context import JobContext
+    from .decorator import Task
     from .models import Job
-    from .registry import Task
 
 # What each of our statuses is in Django's four.
 RESULT_STATUS = {
@@ -56,7 +56,8 @@ CANCELLED_ERROR = "django_workqueue.exceptions.JobCancelled"
 
 def register(django_task: DjangoTask, options: dict[str, Any]) -> Task[..., Any]:
     """Our task running ``django_task`` (made once per task and options)."""
-    from .registry import find_task, task
+    from .decorator import task
+    from .registry import find_task
 
     name = django_task.module_path
     known = _bridged.get(name)
@@ -90,7 +91,7 @@ def _at_start_up() -> bool:
     """Whether the code running now runs in every process of the project as it starts, so in
     every worker too: while Django sets up its apps (settings, models, each app's ``ready()``,
     which imports the apps' tasks modules and ``WORKQUEUE["TASK_MODULES"]``), or while the
-    URLconf is imported (workers import it at start: ``apps.import_urlconf``)."""
+    URLconf is imported (workers import it at start: ``discovery.import_urlconf``)."""
     from django.apps import apps
     from django.conf import settings
 

@@ -24,7 +24,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
-from . import payload, signals, wakeup
+from . import payload, signalling, wakeup
 from .conf import workqueue_settings as conf
 from .db import Encoded, NewJob, driver_for
 from .exceptions import (
@@ -42,24 +42,19 @@ from .registry import MAX_ATTEMPTS, check_unique_mode
 from .states import ACTIVE, Status
 
 if TYPE_CHECKING:
-    from .registry import Task
+    from .decorator import Task
 
 
 def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Job:
     template = job_template(task)
     call = encode_call(args, kwargs, task.name)
     task.spec.check_arguments(call.args, call.kwargs)
-    key = template.unique_key or derived_key(task, template, call, task.name)
     if is_flow_task(task.spec):
         check_batch_item(task.spec, call, task.name)
         flow = flow_key(task.spec, call.args, call.kwargs, task.name)
         template = dataclasses.replace(template, flow_keys=(flow,))
-    job = _enqueue(template, [call], None if key is None else [key])[0]
-    if task.options.skip_queue:
-        from .flow.skipqueue import run_after_commit
-
-        run_after_commit(task, job)
-    return job
+    key = template.unique_key or derived_key(task, template, call, task.name)
+    return _enqueue(template, [call], None if key is None else [key])[0]
 
 
 def enqueue_many(task: Task, calls: Iterable[Sequence[Any]]) -> list[Job]:
@@ -217,9 +212,7 @@ def job_template(task: Task) -> NewJob:
     if options.run_at is not None and options.delay is not None:
         raise InvalidOption(f"{owner}: give delay or run_at, not both")
     if options.skip_queue:
-        from .flow.skipqueue import check
-
-        check(task)
+        check_skip_queue(task)
     deadline = options.deadline
     if deadline is None and spec.expires_after is not None:
         deadline = spec.expires_after  # from the enqueue, by the database's clock
@@ -245,6 +238,27 @@ def job_template(task: Task) -> NewJob:
             else _seconds(owner, "deadline", deadline)
         ),
     )
+
+
+def check_skip_queue(task: Task[..., Any]) -> None:
+    """Refuse ``skip_queue`` where nothing could run in this process right after the commit."""
+    spec, options, owner = task.spec, task.options, task.name
+    if is_flow_task(spec):
+        raise InvalidOption(
+            f"{owner}: skip_queue cannot run a task with concurrency=, rate=, fair_key= or "
+            f"batch_size=: its limits hold only for jobs the workers claim under flow control; "
+            f"enqueue it without skip_queue"
+        )
+    if options.delay is not None or options.run_at is not None:
+        raise InvalidOption(
+            f"{owner}: skip_queue runs the job right after the enqueue commits, so it cannot "
+            f"wait for a delay or run_at; leave one of them out"
+        )
+    if options.depends_on is not None:
+        raise InvalidOption(
+            f"{owner}: skip_queue cannot run a job with depends_on: it waits for its "
+            f"prerequisites and the workers run it when they end; leave skip_queue out"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -376,7 +390,7 @@ def _insert(
     jobs: list[Job | None] = [None] * len(arguments)
     if written:
         transaction.on_commit(functools.partial(wakeup.wake, (template.queue,)), using=alias)
-        signals.enqueued(alias, template.task_name, template.queue, rows.ids)
+        signalling.enqueued(alias, template.task_name, template.queue, rows.ids)
         shared = dict(
             _JOB_DEFAULTS,
             task_name=template.task_name, queue=template.queue, priority=template.priority,

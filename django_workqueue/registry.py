@@ -1,7 +1,10 @@
-"""``@task``: turns a function into a task that can be enqueued, and the registry of tasks by name.
+"""What a task is, and the registry of tasks by name: ``TaskSpec`` (a function and its options,
+validated), ``EnqueueOptions`` (per-enqueue overrides), and the look-ups every layer above uses.
 
-A task's name is its registry key and what is stored in ``Job.task_name``; by default it is the
-function's dotted path, so moving a function renames its task (pass ``name=`` to pin it).
+Definitions only: enqueuing, composing and running live on the layers above, and the
+user-facing ``Task`` that ``@task`` returns (``decorator.py``) delegates to them. A task's name
+is its registry key and what is stored in ``Job.task_name``; by default it is the function's
+dotted path, so moving a function renames its task (pass ``name=`` to pin it).
 """
 
 from __future__ import annotations
@@ -10,28 +13,18 @@ import dataclasses
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Generic,
-    ParamSpec,
-    Protocol,
-    Self,
-    TypedDict,
-    TypeVar,
-    Unpack,
-    overload,
-)
+from typing import TYPE_CHECKING, Any
 
+from .conf import workqueue_settings as conf
+from .cron import cron_problem, timezone_problem
 from .exceptions import InvalidArguments, InvalidOption, TaskNotRegistered
 from .payload import describe
+from .states import CatchUp
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .models import Job
-    from .workflow.canvas import Signature
+    from .decorator import Task
 
 Backoff = float | Callable[[int], float] | None
 
@@ -158,16 +151,6 @@ class TaskSpec:
             ) from None
 
 
-def _pair(owner: str, index: int, call: Any) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    try:
-        args, kwargs = call
-    except (TypeError, ValueError):
-        raise InvalidOption(
-            f"{owner}.enqueue_many(): item {index} is not an (args, kwargs) pair"
-        ) from None
-    return args, kwargs
-
-
 def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
     fewest = most = 0
     for parameter in signature.parameters.values():
@@ -194,184 +177,8 @@ def _render_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return text if len(text) <= 120 else f"{text[:115]}, …"
 
 
-_registry: dict[str, Task[..., Any]] = {}
-
-P = ParamSpec("P")
-R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
-
-
-class Task(Generic[P, R]):
-    """A registered task. Call it like the function, or ``enqueue`` it to run on a worker.
-
-    Typed over the function's parameters ``P`` and return type ``R``, so that type checkers
-    check ``enqueue()`` calls as they check calls of the function (annotated functions only:
-    mypy leaves a function without annotations untyped, and its task ``Any``).
-    """
-
-    def __init__(self, spec: TaskSpec, options: EnqueueOptions | None = None) -> None:
-        self.spec = spec
-        self.options = options or EnqueueOptions()
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.spec.func(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<Task {self.spec.name}>"
-
-    def using(self, **options: Any) -> Self:
-        """Return this task with per-enqueue overrides.
-
-        >>> add.using(delay=30, priority=5, queue="x", unique_key="k").enqueue(1, 2)
-        """
-        fields = {f.name for f in dataclasses.fields(EnqueueOptions)}
-        unknown = sorted(set(options) - fields)
-        if unknown:
-            raise InvalidOption(
-                f"{self.spec.name}.using() got unknown option(s) {', '.join(unknown)}; "
-                f"the options are {', '.join(sorted(fields))}"
-            )
-        return type(self)(self.spec, dataclasses.replace(self.options, **options))
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """Store a job that runs this task with these arguments; it joins the open transaction.
-
-        >>> job = add.enqueue(1, 2)
-        >>> report.using(depends_on=[job1, job2], run_if="all_finished").enqueue()
-        """
-        if self.options.depends_on is not None:
-            from .workflow.store import enqueue_with_dependencies
-
-            return enqueue_with_dependencies(self, args, kwargs)
-        from .enqueue import enqueue_one
-
-        return enqueue_one(self, args, kwargs)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """``enqueue`` for async code (async views, consumers); the event loop runs on while
-        the insert waits for the database.
-
-        >>> job = await add.aenqueue(1, 2)
-        >>> job = await add.using(delay=30, unique_key="k").aenqueue(1, 2)
-
-        The insert runs where Django runs the async ORM's queries: ``sync_to_async`` with
-        ``thread_sensitive=True``, on that thread's connection. Async code cannot hold a
-        transaction open across an ``await``, so there the job commits before the ``await``
-        returns. It joins a transaction only when a sync caller opened ``atomic()`` on that
-        same thread and called into async code with ``async_to_sync``. To enqueue together
-        with other writes, put them and a plain ``enqueue`` in one sync function, run with
-        ``sync_to_async``. Errors (``InvalidArguments``, ``PayloadTooLarge``, …) are raised
-        from the ``await``.
-        """
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(*args, **kwargs)
-
-    def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This task with these arguments, as a step of a workflow (checked when the workflow
-        is enqueued; a chain's step also receives the previous step's result first).
-
-        >>> chain(fetch.s(url), parse.s(), store.s()).enqueue()
-        """
-        from .workflow.canvas import Signature
-
-        return Signature(self, args, kwargs)
-
-    def enqueue_many(self, calls: Iterable[Call]) -> list[Job]:
-        """Store many jobs of this task with one multi-row INSERT.
-
-        >>> add.enqueue_many([((1, 2), {}), ((3, 4), {})])
-
-        An item may carry its own unique key: ``((1, 2), {}, "key")``. Rows whose key is held
-        come back as the holder, marked ``duplicate``, in input order; the rest are inserted.
-        """
-        from .enqueue import enqueue_many
-
-        if self.options.depends_on is not None:
-            from .workflow.store import enqueue_many_with_dependencies
-
-            pairs = [_pair(self.name, index, call) for index, call in enumerate(calls)]
-            return enqueue_many_with_dependencies(self, pairs)
-        return enqueue_many(self, calls)
-
-    async def aenqueue_many(self, calls: Iterable[Call]) -> list[Job]:
-        """``enqueue_many`` for async code, run as ``aenqueue`` runs ``enqueue``.
-
-        >>> jobs = await add.aenqueue_many([((1, 2), {}), ((3, 4), {})])
-        """
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.enqueue_many, thread_sensitive=True)(calls)
-
-
-class ContextTask(Task[P, R]):
-    """A task whose function takes a ``JobContext`` first: ``P`` are the parameters after it,
-    the ones ``enqueue`` takes (the worker passes the context). Calling it directly passes the
-    context too, as calling the function would."""
-
-    # The override narrows the call to the function's own signature; mypy flags any override
-    # of __call__ with other parameters, though every caller of a Task[P, R] gets a Task.
-    def __call__(  # type: ignore[override]
-        self, context: JobContext, *args: P.args, **kwargs: P.kwargs
-    ) -> R:
-        return self.spec.func(context, *args, **kwargs)
-
-
-class _ContextFunction(Protocol[P, R_co]):
-    """A function whose first parameter is named ``context``. The parameter is not positional
-    only, so its name is part of the match: a plain ``def add(a, b)`` does not match."""
-
-    def __call__(self, context: JobContext, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
-
-
-class _TaskOptions(TypedDict, total=False):
-    name: str | None
-    queue: str | None
-    priority: int | None
-    max_attempts: int | None
-    lease_seconds: int | None
-    timeout: float | None
-    backoff: Backoff
-    atomic: bool
-    on_failure: FailureClassifier | None
-    cron: str | None
-    timezone: str
-    catch_up: str
-    unique_on: UniqueOn | None
-    unique_for: int | None
-    on_conflict: str
-    expires_after: float | None
-    concurrency: int | None
-    rate: str | None
-    limit_key: Callable[..., Any] | None
-    fair_key: Callable[..., Any] | None
-    batch_size: int | None
-    batch_wait: float | None
-    hard_timeout: float | None
-    api: bool
-
-
-class _TaskDecorator(Protocol):
-    """What ``task(...)`` with options only returns."""
-
-    @overload
-    def __call__(self, func: _ContextFunction[P, R], /) -> ContextTask[P, R]: ...
-    @overload
-    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
-
-
-@overload
-def task(func: _ContextFunction[P, R], /, **options: Unpack[_TaskOptions]) -> ContextTask[P, R]: ...
-@overload
-def task(func: Callable[P, R], /, **options: Unpack[_TaskOptions]) -> Task[P, R]: ...
-@overload
-def task(func: None = None, /, **options: Unpack[_TaskOptions]) -> _TaskDecorator: ...
-def task(
-    func: Callable[..., Any] | None = None,
+def define(
+    fn: Callable[..., Any],
     *,
     name: str | None = None,
     queue: str | None = None,
@@ -397,96 +204,66 @@ def task(
     batch_wait: float | None = None,
     hard_timeout: float | None = None,
     api: bool = False,
-) -> Any:
-    """Register a function as a task.
+) -> TaskSpec:
+    """The validated definition of ``fn`` as a task with these options (``@task``'s)."""
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    takes_context = bool(params) and params[0].name == "context"
+    arguments = signature.replace(
+        parameters=params[1:] if takes_context else params,
+        return_annotation=inspect.Signature.empty,
+    )
+    spec = TaskSpec(
+        name=name or f"{fn.__module__}.{fn.__qualname__}",
+        func=fn,
+        queue=queue or conf.DEFAULT_QUEUE,
+        priority=conf.DEFAULT_PRIORITY if priority is None else priority,
+        max_attempts=conf.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        lease_seconds=conf.DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
+        timeout=timeout,
+        backoff=backoff,
+        atomic=atomic,
+        on_failure=on_failure,
+        takes_context=takes_context,
+        is_async=inspect.iscoroutinefunction(fn),
+        signature=arguments,
+        positional_arity=_positional_arity(arguments),
+        cron=cron,
+        cron_timezone=timezone,
+        cron_catch_up=catch_up,
+        unique_on=tuple(unique_on) if isinstance(unique_on, list | tuple) else unique_on,
+        unique_for=unique_for,
+        on_conflict=on_conflict,
+        expires_after=expires_after,
+        concurrency=concurrency,
+        rate=parse_rate(f"task {name or fn.__qualname__}", rate),
+        limit_key=limit_key,
+        fair_key=fair_key,
+        batch_size=batch_size,
+        batch_wait=1.0 if batch_wait is None else batch_wait,
+        hard_timeout=hard_timeout,
+        api=api,
+    )
+    _validate_spec(spec)
+    return spec
 
-    >>> @task(queue="default", max_attempts=5)
-    ... def send_receipt(order_id): ...
-    >>> send_receipt.enqueue(42)
 
-    ``backoff`` is a base delay in seconds for exponential backoff, or a function of the attempt
-    number returning the delay. ``atomic=True`` runs the body inside the transaction that records
-    the job as succeeded. ``on_failure(exc)`` may return ``"discard"`` to fail at once or
-    ``"retry"`` to retry (the default for any exception).
+_registry: dict[str, Task[..., Any]] = {}
 
-    ``cron="*/5 * * * *"`` runs the task (without arguments) at each tick, in ``timezone``
-    (an IANA name); ``catch_up`` says what runs for ticks missed while no worker ran:
-    ``"latest"`` (one run), ``"all"`` or ``"none"``. See ``WORKQUEUE["SCHEDULES"]`` for
-    schedules with arguments.
-    Unique jobs (``docs/guides/scheduling.md``): ``unique_on`` names the arguments (or is a
-    function of ``(args, kwargs)`` returning a string) whose values make each job's unique key;
-    ``on_conflict`` is "keep" or "replace"; ``unique_for`` allows one job per key per window of
-    that many seconds. ``expires_after`` gives every job a deadline that many seconds after
-    its enqueue.
-    Flow control (``docs/guides/flow-control.md``): ``concurrency=2`` runs at most two jobs of
-    the task at once and ``rate="10/s"`` starts at most ten per second, across every worker;
-    with ``limit_key`` (a function of the job's arguments) both count per key. ``fair_key``
-    (a function of the arguments) makes claims rotate between its keys, so one tenant's
-    backlog cannot starve another's. ``batch_size=100, batch_wait=0.5`` runs up to 100 jobs
-    in one call of the function, which takes the list of their items.
-    ``hard_timeout=60`` kills a job still running after 60 seconds, with the process it runs
-    in: only a ``runworker --pool processes`` worker can (``docs/guides/pools.md``).
-    ``api=True`` lets clients of the HTTP API enqueue it (``docs/reference/http-api.md``).
-    """
 
-    def register(fn: Callable[..., Any]) -> Task[..., Any]:
-        from .conf import workqueue_settings as conf
-
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())
-        takes_context = bool(params) and params[0].name == "context"
-        arguments = signature.replace(
-            parameters=params[1:] if takes_context else params,
-            return_annotation=inspect.Signature.empty,
-        )
-        spec = TaskSpec(
-            name=name or f"{fn.__module__}.{fn.__qualname__}",
-            func=fn,
-            queue=queue or conf.DEFAULT_QUEUE,
-            priority=conf.DEFAULT_PRIORITY if priority is None else priority,
-            max_attempts=conf.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
-            lease_seconds=conf.DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds,
-            timeout=timeout,
-            backoff=backoff,
-            atomic=atomic,
-            on_failure=on_failure,
-            takes_context=takes_context,
-            is_async=inspect.iscoroutinefunction(fn),
-            signature=arguments,
-            positional_arity=_positional_arity(arguments),
-            cron=cron,
-            cron_timezone=timezone,
-            cron_catch_up=catch_up,
-            unique_on=tuple(unique_on) if isinstance(unique_on, list | tuple) else unique_on,
-            unique_for=unique_for,
-            on_conflict=on_conflict,
-            expires_after=expires_after,
-            concurrency=concurrency,
-            rate=parse_rate(f"task {name or fn.__qualname__}", rate),
-            limit_key=limit_key,
-            fair_key=fair_key,
-            batch_size=batch_size,
-            batch_wait=1.0 if batch_wait is None else batch_wait,
-            hard_timeout=hard_timeout,
-            api=api,
-        )
-        _validate_spec(spec)
-        existing = _registry.get(spec.name)
-        if existing is not None and existing.spec.func is not fn:
-            existing_qualname = getattr(existing.spec.func, "__qualname__", "?")
-            if (
-                existing.spec.func.__module__ != fn.__module__
-                or existing_qualname != fn.__qualname__
-            ):
-                raise InvalidOption(
-                    f"task name {spec.name!r} is already registered by another function; "
-                    f"pass name= to @task to tell them apart"
-                )
-        wrapped: Task[..., Any] = ContextTask(spec) if takes_context else Task(spec)
-        _registry[spec.name] = wrapped
-        return wrapped
-
-    return register(func) if func is not None else register
+def register(task: Task[..., Any]) -> None:
+    """Add ``task`` to the registry under its name; a name taken by another function is
+    refused (the same function, imported again or reloaded, replaces its entry)."""
+    spec, fn = task.spec, task.spec.func
+    existing = _registry.get(spec.name)
+    if existing is not None and existing.spec.func is not fn:
+        existing_qualname = getattr(existing.spec.func, "__qualname__", "?")
+        if existing.spec.func.__module__ != fn.__module__ or existing_qualname != fn.__qualname__:
+            raise InvalidOption(
+                f"task name {spec.name!r} is already registered by another function; "
+                f"pass name= to @task to tell them apart"
+            )
+    _registry[spec.name] = task
 
 
 # The largest attempt budget. Snoozes, releases and redrives add to a job's budget and its
@@ -512,9 +289,6 @@ def _validate_spec(spec: TaskSpec) -> None:
         raise InvalidOption(f"task {spec.name}: timeout must be a positive number of seconds")
     _validate_hard_timeout(spec)
     if spec.cron is not None:
-        from .schedules import cron_problem, timezone_problem
-        from .states import CatchUp
-
         problem = cron_problem(spec.cron) or timezone_problem(spec.cron_timezone)
         if problem is None and spec.cron_catch_up not in CatchUp.values:
             problem = f"catch_up must be one of {', '.join(CatchUp.values)}"
@@ -704,7 +478,7 @@ def find_task(name: str) -> Task[..., Any] | None:
 
     A look-up only: it never imports. Names come from requests, job rows, schedules and
     command lines, and importing a module runs its code; the registry is filled at start-up
-    instead (``apps.discover_tasks``, ``apps.import_urlconf``, and ``django.tasks`` tasks of
+    instead (``apps.discover_tasks``, ``discovery.import_urlconf``, and ``django.tasks`` tasks of
     the ``WorkqueueBackend`` as they are defined)."""
     return _registry.get(name)
 

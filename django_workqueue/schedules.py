@@ -1,8 +1,8 @@
 """Cron schedules: their declarations (``WORKQUEUE["SCHEDULES"]`` and ``@task(cron=...)``),
 their validation, their ticks, and their sync into the ``Schedule`` table.
 
-Parsing and the computation of ticks are croniter's (5 fields, or 6 with seconds last); ticks
-are computed in the schedule's time zone and stored in UTC. A worker syncs the declarations at
+Ticks are computed by ``cron.py`` (croniter's, in the schedule's time zone, stored in UTC;
+re-exported here). A worker syncs the declarations at
 start (``sync_schedules``). The declarations own what a schedule does (task, cron, time zone,
 arguments, queue, catch-up); ``enabled`` belongs to the operator once the row exists: a deploy
 never re-enables a schedule someone disabled at run time, but ``"enabled": False`` in the
@@ -16,17 +16,23 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models.functions import Now
 
 from .conf import workqueue_settings as conf
+from .cron import cron_problem, latest_tick, next_tick, timezone_problem
+from .db import driver_for
+from .models import Schedule
+from .registry import find_task, registered_tasks
 from .states import CatchUp
+
+__all__ = [
+    "Declared", "cron_problem", "declared_schedules", "latest_tick", "next_tick",
+    "schedule_problems", "sync_schedules", "timezone_problem",
+]  # fmt: skip
 
 logger = logging.getLogger("django_workqueue.schedules")
 
@@ -49,43 +55,6 @@ class Declared:
     source: str = "settings"
 
 
-def cron_problem(cron: Any) -> str | None:
-    """Why croniter cannot use ``cron``, or None. Five fields, or six (seconds last)."""
-    if not isinstance(cron, str) or len(cron.split()) not in (5, 6):
-        return (
-            f"cron must be a string of 5 fields (minute hour day month weekday) or 6 (seconds "
-            f"last), got {cron!r}"
-        )
-    if not croniter.is_valid(cron):
-        return f"cron {cron!r} is not a valid cron expression"
-    return None
-
-
-def timezone_problem(name: Any) -> str | None:
-    """Why ``name`` is not an IANA time zone, or None."""
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        return f"timezone {name!r} is not an IANA time zone name (e.g. 'Europe/Paris', 'UTC')"
-    return None
-
-
-def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
-    """The first tick of ``cron`` in ``timezone`` strictly after ``after``, in UTC."""
-    local = after.astimezone(ZoneInfo(timezone))
-    return croniter(cron, local).get_next(datetime).astimezone(UTC)
-
-
-def latest_tick(cron: str, timezone: str, first: datetime, now: datetime) -> datetime:
-    """The last tick at or before ``now``, ``first`` (a due tick) at the earliest. croniter's
-    ``get_prev`` is strictly before its start, so a tick at exactly ``now`` is looked for too."""
-    local = now.astimezone(ZoneInfo(timezone))
-    before = croniter(cron, local).get_prev(datetime).astimezone(UTC)
-    at = next_tick(cron, timezone, before)
-    latest = at if at <= now else before
-    return max(latest, first)
-
-
 def declared_schedules() -> dict[str, Declared]:
     """Every declared schedule by name; raises ``ImproperlyConfigured`` listing every problem."""
     declared, problems = _collect()
@@ -100,8 +69,6 @@ def schedule_problems() -> list[str]:
 
 
 def _collect() -> tuple[dict[str, Declared], list[str]]:
-    from .registry import registered_tasks
-
     declared: dict[str, Declared] = {}
     problems: list[str] = []
     for task in registered_tasks().values():
@@ -138,8 +105,6 @@ def _collect() -> tuple[dict[str, Declared], list[str]]:
 
 
 def _entry_problems(entry: Mapping[str, Any]) -> list[str]:
-    from .registry import find_task
-
     problems = []
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
@@ -182,9 +147,6 @@ def sync_schedules(alias: str | None = None) -> int:
     """Upsert the declared schedules into the ``Schedule`` table; return how many rows were
     created or changed. A row whose cron or time zone changed gets a new next tick; otherwise
     its next tick is kept, so ticks missed while no worker ran are caught up."""
-    from .db import driver_for
-    from .models import Schedule
-
     alias = alias or conf.DATABASE
     declared = declared_schedules()
     changed = 0

@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .base import WorkqueueView, documented
+from .routes import routes
 
 DEFAULT_PREFIX = "/api/workqueue/"
 """Where the testproject mounts the API; the generated reference shows paths under it."""
@@ -43,8 +44,6 @@ SCHEMA_SETTINGS = {
 
 def build_schema(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
     """The OpenAPI document of the API mounted at ``prefix`` (an absolute path)."""
-    from .urls import routes
-
     patterns = [path(prefix.lstrip("/"), include(routes))]
     with patched_settings(SCHEMA_SETTINGS):
         generator = SchemaGenerator(patterns=patterns)

@@ -6,27 +6,12 @@
 from __future__ import annotations
 
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
+from .routes import router, routes
 from .schema import SchemaView
-from .views.fleet import QueueViewSet, ScheduleViewSet, StatsView, WorkerListView
-from .views.jobs import JobViewSet
-from .views.workflows import WorkflowViewSet
 
 app_name = "workqueue-api"
 
-# A SimpleRouter: DefaultRouter's root view would take the project's default permissions.
-router = SimpleRouter()
-router.register("jobs", JobViewSet, basename="job")
-router.register("workflows", WorkflowViewSet, basename="workflow")
-router.register("queues", QueueViewSet, basename="queue")
-router.register("schedules", ScheduleViewSet, basename="schedule")
-
-routes = [
-    *router.urls,
-    path("workers/", WorkerListView.as_view(), name="worker-list"),
-    path("stats/", StatsView.as_view(), name="stats"),
-]
-"""Every route but the schema's (what the schema describes)."""
+__all__ = ["app_name", "router", "routes", "urlpatterns"]
 
 urlpatterns = [*routes, path("schema/", SchemaView.as_view(), name="schema")]

@@ -17,11 +17,15 @@ import logging
 import random
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..db import ClaimedJob, Driver
-from ..registry import Task, registered_tasks
+from ..registry import registered_tasks
 from .keys import flow_key
+
+if TYPE_CHECKING:
+    from ..decorator import Task
+
 
 logger = logging.getLogger("django_workqueue.worker")
 

@@ -30,37 +30,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from ..conf import workqueue_settings as conf
-from ..exceptions import InvalidOption
-from .keys import is_flow_task
 
 if TYPE_CHECKING:
     from ..context import JobContext
     from ..db import ClaimedJob, Driver, Outcome
+    from ..decorator import Task
     from ..models import Job
-    from ..registry import Task
 
 logger = logging.getLogger("django_workqueue.skipqueue")
-
-
-def check(task: Task[..., Any]) -> None:
-    """Refuse ``skip_queue`` where nothing could run in this process right after the commit."""
-    spec, options, owner = task.spec, task.options, task.name
-    if is_flow_task(spec):
-        raise InvalidOption(
-            f"{owner}: skip_queue cannot run a task with concurrency=, rate=, fair_key= or "
-            f"batch_size=: its limits hold only for jobs the workers claim under flow control; "
-            f"enqueue it without skip_queue"
-        )
-    if options.delay is not None or options.run_at is not None:
-        raise InvalidOption(
-            f"{owner}: skip_queue runs the job right after the enqueue commits, so it cannot "
-            f"wait for a delay or run_at; leave one of them out"
-        )
-    if options.depends_on is not None:
-        raise InvalidOption(
-            f"{owner}: skip_queue cannot run a job with depends_on: it waits for its "
-            f"prerequisites and the workers run it when they end; leave skip_queue out"
-        )
 
 
 def run_after_commit(task: Task[..., Any], job: Job) -> None:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models.functions import Now
 
-from .. import signals, wakeup
+from .. import signalling, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
 from ..db.base import spare
@@ -93,7 +93,9 @@ class Reaper(Service):
                 timings += recorded.timings
                 ended += recorded.ended
                 reaped += [row for row in batch if (row.id, row.attempt) in recorded.written]
-            signals.reaped(self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended)
+            signalling.reaped(
+                self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended
+            )
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
             # in this transaction, once every owner's jobs are written (the lock order: jobs,
             # then their dependents, then workflows).

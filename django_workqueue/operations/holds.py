@@ -20,7 +20,7 @@ from .. import wakeup
 from ..db import driver_for
 from ..models import Dependency, Job
 from ..states import TERMINAL, Status, transition
-from ..workflow.release import Effects
+from ..workflow.effects import Effects
 from .jobs import WAITING, OperationResult, _jobs, _retrying
 
 _HOLDABLE = tuple(status for status in WAITING if status != Status.HELD)

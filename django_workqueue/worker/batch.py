@@ -21,7 +21,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import signals
+from .. import signalling, signals
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver, Outcome
 from ..exceptions import (
@@ -35,7 +35,6 @@ from ..exceptions import (
 from ..flow.batches import claim_batches
 from ..outcomes import OutcomeKind
 from ..payload import describe
-from ..registry import Task
 from ..workflow.store import first_argument
 from .asyncloop import AsyncLoop
 from .connections import close_unusable_connections, tidy_connections
@@ -43,6 +42,7 @@ from .execution import _classified, _malformed_arguments, _not_run, _success
 from .lease import RunningJob
 
 if TYPE_CHECKING:
+    from ..decorator import Task
     from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -163,7 +163,7 @@ def run_batch(batch: Batch, driver: Driver, loop: AsyncLoop | None) -> dict[int,
     task = batch.task
     if signals.job_started.receivers:
         for job, item in batch.members:
-            signals.started(job.id, job.task_name, job.queue, job.attempt, item.context.owner)
+            signalling.started(job.id, job.task_name, job.queue, job.attempt, item.context.owner)
     outcomes: dict[int, Outcome] = {}
     calls: list[tuple[ClaimedJob, JobContext, Any]] = []
     for job, item in batch.members:

@@ -16,11 +16,11 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .. import middleware, payload, retry, signals
+from .. import middleware, payload, retry, signalling, signals
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Driver
@@ -40,11 +40,15 @@ from ..exceptions import (
 )
 from ..outcomes import Outcome, OutcomeKind
 from ..payload import storable_text
-from ..registry import Task, find_task, import_errors
+from ..registry import find_task, import_errors
 from ..states import Status
 from ..workflow import release
 from ..workflow.store import first_argument
 from .asyncloop import AsyncLoop
+
+if TYPE_CHECKING:
+    from ..decorator import Task
+
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -65,7 +69,7 @@ def run(
     worker batches every other outcome into one write with those of other jobs.
     """
     if signals.job_started.receivers:
-        signals.started(job.id, job.task_name, job.queue, job.attempt, context.owner)
+        signalling.started(job.id, job.task_name, job.queue, job.attempt, context.owner)
     task = find_task(job.task_name)
     if task is None:  # retried: a worker running newer code may know it
         return _not_run(job, None, _not_registered(job.task_name)), True

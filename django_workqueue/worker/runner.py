@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 
 from django.db import connections
 
-from .. import signals, wakeup
+from .. import signalling, signals, wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, Outcome, driver_for
@@ -181,9 +181,9 @@ class Worker:
                         if self._poll_now:
                             self.wake.clear()
             finally:
-                signals.worker_event(signals.worker_stopping, self)
+                signalling.worker_event(signals.worker_stopping, self)
                 shutdown.drain_and_stop(self)
-                signals.worker_event(signals.worker_stopped, self)
+                signalling.worker_event(signals.worker_stopped, self)
         finally:
             serving.worker = outer
         return 0
@@ -229,7 +229,7 @@ class Worker:
             self.pool_kind,
         )  # fmt: skip
         self.started.set()
-        signals.worker_event(signals.worker_started, self)
+        signalling.worker_event(signals.worker_started, self)
 
     def _tick(self) -> int:
         """One pass: heartbeat, progress, outcomes, maintenance, claims. Returns # claimed.

@@ -43,12 +43,13 @@ def main(argv: list[str]) -> None:
     verbosity, worker_pid = int(argv[3]), int(argv[4])
     die_with_worker(worker_pid)
     jobs, control = (socket.socket(fileno=fd) for fd in (jobs_fd, control_fd))
+    # Imported here: the child's modules import the models, which need django.setup() first.
     import django
 
     django.setup()
-    from ..apps import import_urlconf
-    from ..management.commands.runworker import configure_logging
+    from ..discovery import import_urlconf
     from .child import serve
+    from .logs import configure_logging
     from .wire import Channel
 
     configure_logging(verbosity)

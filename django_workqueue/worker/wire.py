@@ -27,7 +27,7 @@ from typing import Any
 from ..db import ClaimedJob, NewJob
 from ..enqueue import Call
 from ..outcomes import Outcome, OutcomeKind
-from ..workflow.canvas import Graph, Node
+from ..workflow.graph import Graph, Node
 from ..workflow.store import Spawn
 
 _NEW_JOB_TIMES = ("run_at", "deadline_at")

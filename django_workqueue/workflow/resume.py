@@ -23,7 +23,7 @@ from django.db.models import Count, Q
 from ..models import Dependency, Job
 from ..states import ACTIVE, Status, transition
 from . import conditions
-from .release import UNMET_TYPE, reopen
+from .effects import UNMET_TYPE, reopen
 
 
 def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:

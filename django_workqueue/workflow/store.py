@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Max
 
-from .. import signals
+from .. import signalling
 from ..conf import workqueue_settings as conf
 from ..db import Ended, driver_for
 from ..exceptions import InvalidOption
 from ..models import Dependency, Job, Workflow
 from ..states import ACTIVE, TERMINAL, Status
-from .canvas import Composition, Graph, Signature, Step, output_ids
-from .release import Effects
+from .effects import Effects
+from .graph import Graph, output_ids
 
 if TYPE_CHECKING:
-    from ..registry import Task
+    from ..decorator import Task
+    from .canvas import Composition, Step
 
 logger = logging.getLogger("django_workqueue.workflow")
 
@@ -66,7 +67,7 @@ def enqueue_with_dependencies(task: Task[..., Any], args: Any, kwargs: Any) -> J
     """``task.using(depends_on=[...]).enqueue(...)``: one job that waits for existing jobs. It
     joins the workflow of its first prerequisite that has one, or starts one."""
     graph = Graph()
-    graph.add(Signature(task, args, kwargs), [], None, task.name)
+    graph.add_call(task, args, kwargs, [], None, task.name)
     alias = conf.DATABASE
     if _deferred(alias):  # written when (and if) the caller's transaction commits
         job = Job(task_name=task.name, status=Status.BLOCKED)
@@ -91,7 +92,7 @@ def enqueue_many_with_dependencies(task: Task[..., Any], calls: list[tuple[Any, 
     joins the same workflow, as ``enqueue`` would."""
     graph = Graph()
     for index, (args, kwargs) in enumerate(calls):
-        graph.add(Signature(task, args, kwargs), [], None, f"{task.name} item {index}")
+        graph.add_call(task, args, kwargs, [], None, f"{task.name} item {index}")
     if not graph.nodes:
         return []
     alias = conf.DATABASE
@@ -164,7 +165,7 @@ def write_nodes(alias: str, graph: Graph, workflow_id: int, effects: Effects) ->
             keys = tuple(None if own is None else own[0] for own in flows)
             template = dataclasses.replace(template, flow_keys=keys)
         inserted = driver.insert(template, payloads)
-        signals.enqueued(alias, template.task_name, template.queue, inserted.ids)
+        signalling.enqueued(alias, template.task_name, template.queue, inserted.ids)
         for index, pk in zip(indexes, inserted.ids, strict=True):
             ids[index] = pk
         if template.waiting_on == 0:

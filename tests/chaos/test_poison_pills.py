@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_workqueue import Task
 from django_workqueue.models import Job
-from django_workqueue.registry import Task
 from django_workqueue.states import Status
 from testproject.testapp.tasks import (
     POISON_EXIT_CODE,

@@ -12,7 +12,7 @@ import django
 import pytest
 from django.test import override_settings
 
-from django_workqueue import apps, django_tasks
+from django_workqueue import discovery, django_tasks
 from django_workqueue.models import Job
 from django_workqueue.registry import find_task
 from django_workqueue.testing import drain
@@ -66,7 +66,7 @@ def test_a_task_the_urlconf_imports_is_known_to_a_worker_and_not_named(
         monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.delitem(django_tasks._bridged, f"{VIEWS}.greet", raising=False)
     with override_settings(ROOT_URLCONF=URLCONF):
-        apps.import_urlconf()  # what runworker does at start
+        discovery.import_urlconf()  # what runworker does at start
         assert find_task(f"{VIEWS}.greet") is not None
         from tests.support.django_task_views import greet
 
@@ -80,10 +80,10 @@ def test_a_urlconf_that_fails_to_import_is_reported_as_a_task_module(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     name = "tests.support.no_such_urlconf"
-    monkeypatch.delitem(apps.import_errors, name, raising=False)
+    monkeypatch.delitem(discovery.import_errors, name, raising=False)
     with override_settings(ROOT_URLCONF=name):
-        apps.import_urlconf()
-    assert apps.import_errors.pop(name).startswith("ModuleNotFoundError")
+        discovery.import_urlconf()
+    assert discovery.import_errors.pop(name).startswith("ModuleNotFoundError")
 
 
 def test_a_task_defined_at_start_up_is_not_named(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from django_workqueue import registry, signals
+from django_workqueue import registry, signals, task
 from django_workqueue.worker.runner import Worker
 from tests.support.guides import Guide
 from tests.support.settings import workqueue_settings
@@ -96,7 +96,7 @@ def test_the_middleware_sections_settings_run_its_middleware_and_format_its_reco
 ):
     namespace, settings = load("middleware", modules)
 
-    @registry.task(name="shop.tasks.logs")
+    @task(name="shop.tasks.logs")
     def logs() -> None:
         logging.getLogger("shop.jobs").warning("charging")
 

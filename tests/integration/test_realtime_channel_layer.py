@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import override_settings
 
-from django_workqueue import signals
+from django_workqueue import signalling, signals
 from django_workqueue.models import Job, Workflow
 from django_workqueue.operations import cancel_job
 from django_workqueue.realtime import events
@@ -44,7 +44,7 @@ def viewer() -> bytes:
 
 
 def report(job: Job, current: int, message: str, attempt: int = 1) -> None:
-    signals.send(signals.job_progress, job_id=job.pk, task_name=job.task_name, attempt=attempt,
+    signalling.send(signals.job_progress, job_id=job.pk, task_name=job.task_name, attempt=attempt,
                  current=current, total=4, message=message, details={"n": current})  # fmt: skip
 
 
@@ -133,12 +133,12 @@ def test_a_workflows_end_and_its_jobs_changes_reach_its_websocket(viewer: bytes)
         assert (await socket.connect())[0]
         await receive(socket)
         await sync_to_async(Workflow.objects.filter(pk=workflow.pk).update)(open=0, cancelled=1)
-        await sync_to_async(signals.send)(signals.job_cancelled, job_id=job.pk,
+        await sync_to_async(signalling.send)(signals.job_cancelled, job_id=job.pk,
                                           task_name=job.task_name, queue=job.queue, attempt=0,
                                           worker_id=None)  # fmt: skip
         changed = await receive(socket)
         await sync_to_async(Workflow.objects.filter(pk=workflow.pk).update)(status="cancelled")
-        await sync_to_async(signals.send)(signals.workflow_finished, sender=Workflow,
+        await sync_to_async(signalling.send)(signals.workflow_finished, sender=Workflow,
                                           workflow_id=workflow.pk, status="cancelled")  # fmt: skip
         finished = await receive(socket)
         await socket.disconnect()

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core import checks
 from django.test import override_settings
 
-from django_workqueue import Task, apps, registry, task
+from django_workqueue import Task, discovery, registry, task
 from django_workqueue.checks import check_task_imports
 from django_workqueue.exceptions import InvalidOption, TaskNotRegistered
 from django_workqueue.registry import MAX_ATTEMPTS, EnqueueOptions
@@ -365,19 +365,19 @@ def task_modules(tmp_path, monkeypatch):
     yield "h1_taskmods"
     for name in [m for m in sys.modules if m == "h1_taskmods" or m.startswith("h1_taskmods.")]:
         del sys.modules[name]
-    for name in [m for m in apps.import_errors if m.startswith("h1_taskmods")]:
-        del apps.import_errors[name]
+    for name in [m for m in discovery.import_errors if m.startswith("h1_taskmods")]:
+        del discovery.import_errors[name]
 
 
 def test_a_broken_task_module_is_reported_once_and_the_others_still_load(task_modules, caplog):
     broken, working = f"{task_modules}.broken", f"{task_modules}.working"
-    assert broken not in apps.import_errors
+    assert broken not in discovery.import_errors
     with override_settings(WORKQUEUE={**settings.WORKQUEUE, "TASK_MODULES": [broken, working]}):
         with caplog.at_level(logging.ERROR, logger="django_workqueue"):
-            apps.discover_tasks()
-            apps.discover_tasks()  # a second discovery (a reload) does not log again
+            discovery.discover_tasks()
+            discovery.discover_tasks()  # a second discovery (a reload) does not log again
 
-        assert apps.import_errors[broken] == "RuntimeError: settings.API_KEY is missing"
+        assert discovery.import_errors[broken] == "RuntimeError: settings.API_KEY is missing"
         assert registry.get_task("h1.working.ping")() == "pong"
         assert "testproject.testapp.tasks.add" in registry.registered_tasks()
         logged = [r for r in caplog.records if broken in r.getMessage()]
@@ -398,7 +398,7 @@ def test_a_broken_task_module_is_reported_once_and_the_others_still_load(task_mo
 
 
 def test_without_import_errors_the_task_import_check_is_silent():
-    assert apps.import_errors == {}
+    assert discovery.import_errors == {}
     assert check_task_imports() == []
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django_workqueue import registry
-from django_workqueue.registry import Task
+from django_workqueue import Task, registry
 from testproject.testapp import flow_tasks as module
 
 TASKS = {value.name: value for value in vars(module).values() if isinstance(value, Task)}

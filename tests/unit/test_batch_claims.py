@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from django_workqueue import Task
 from django_workqueue.db import ClaimedJob
 from django_workqueue.db.base import BatchClaim
 from django_workqueue.flow.batches import Group, claim_batches
-from django_workqueue.registry import Task
 from testproject.testapp.tasks import batch_echo
 
 

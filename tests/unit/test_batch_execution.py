@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from django_workqueue import AbortReason, Discard, JobContext, Retry
+from django_workqueue import AbortReason, Discard, JobContext, Retry, Task
 from django_workqueue.db import ClaimedJob
 from django_workqueue.outcomes import OutcomeKind
-from django_workqueue.registry import Task
 from django_workqueue.states import Status
 from django_workqueue.worker.batch import Batch, run_batch
 from django_workqueue.worker.lease import RunningJob

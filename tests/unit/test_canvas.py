@@ -6,7 +6,7 @@ import pytest
 
 from django_workqueue import chain, group
 from django_workqueue.exceptions import InvalidArguments, InvalidOption
-from django_workqueue.workflow.canvas import Graph
+from django_workqueue.workflow.graph import Graph
 from testproject.testapp.tasks import add, double, echo, total
 
 

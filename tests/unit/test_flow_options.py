@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from django_workqueue import registry
+from django_workqueue import registry, task
 from django_workqueue.exceptions import InvalidOption
 from django_workqueue.flow.keys import check_batch_item, flow_key
-from django_workqueue.registry import Rate, parse_rate, task
+from django_workqueue.registry import Rate, parse_rate
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ IMPORTERS = {"import_string", "import_module", "__import__"}
 # request, a job row, a schedule or a command line must be looked up in the registry instead
 # (registry.find_task).
 SETTINGS_READERS = {
-    "apps.py": "the installed apps' tasks modules, WORKQUEUE['TASK_MODULES'], ROOT_URLCONF",
+    "discovery.py": "the installed apps' tasks modules, WORKQUEUE['TASK_MODULES'], ROOT_URLCONF",
     "backend.py": "functions named in TASKS[...]['OPTIONS'] (or @task arguments in code)",
     "checks.py": "WORKQUEUE['BACKPRESSURE'] and WORKQUEUE['MIDDLEWARE'], to check them",
     "middleware.py": "WORKQUEUE['MIDDLEWARE']",

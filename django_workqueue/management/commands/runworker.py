@@ -16,12 +16,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from ...apps import import_urlconf
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
+from ...discovery import import_urlconf
 from ...models import Job
 from ...registry import import_errors, registered_tasks
 from ...worker.connections import is_transient
+from ...worker.logs import configure_logging
 from ...worker.processes import ChildLimits, require_settings_module
 from ...worker.runner import Worker
 from ...worker.slots import MAX_SLOTS
@@ -409,13 +410,3 @@ def _require_tables(stopped: threading.Event) -> bool:
             f"'manage.py migrate django_workqueue --database {alias}' first"
         )
     return True
-
-
-def configure_logging(verbosity: int) -> None:
-    logger = logging.getLogger("django_workqueue")
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO if verbosity >= 1 else
-                    logging.WARNING)  # fmt: skip
