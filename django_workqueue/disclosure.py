@@ -127,6 +127,13 @@ HIDDEN: tuple[Hidden, ...] = (
 
 _CATALOGUE = {(row.model, row.field): row for row in HIDDEN}
 
+
+def _entry(model: type[Model], field: str) -> Hidden | None:
+    """The catalogue's row of ``model.field`` (``pk`` names the primary key), if any."""
+    if field == "pk":
+        field = model._meta.pk.name
+    return _CATALOGUE.get((model, field))
+
 # The lookups a query string may chain after a field, by the field's kind.
 EXACT = frozenset({"exact", "iexact", "in", "isnull"})
 ORDERED = EXACT | {"gt", "gte", "lt", "lte", "range"}
@@ -193,12 +200,12 @@ class Clearance:
     def may_see(self, model: type[Model], field: str) -> bool:
         """Whether this user sees ``model.field`` as stored, and so may filter, search and
         order on it."""
-        row = _CATALOGUE.get((model, field))
+        row = _entry(model, field)
         return row is None or self.holds(row.needs)
 
     def shown(self, model: type[Model], field: str, value: Any, row: Any = None) -> Any:
         """``value`` of ``model.field`` as this user may see it."""
-        entry = _CATALOGUE.get((model, field))
+        entry = _entry(model, field)
         if entry is None or self.holds(entry.needs):
             return value
         return entry.without(self, value, row)
@@ -208,7 +215,8 @@ class Clearance:
         (``field__lookup__lookup``): the field and every lookup after it in ``QUERYABLE``, and
         the field one this user may see."""
         field, *chained = lookup.split("__")
-        field = "id" if field == "pk" else field
+        if field == "pk":
+            field = model._meta.pk.name
         allowed = QUERYABLE.get(model, {}).get(field)
         if allowed is None or not self.may_see(model, field):
             return False
