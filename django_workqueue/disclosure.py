@@ -134,6 +134,7 @@ def _entry(model: type[Model], field: str) -> Hidden | None:
         field = model._meta.pk.name
     return _CATALOGUE.get((model, field))
 
+
 # The lookups a query string may chain after a field, by the field's kind.
 EXACT = frozenset({"exact", "iexact", "in", "isnull"})
 ORDERED = EXACT | {"gt", "gte", "lt", "lte", "range"}
