@@ -3,7 +3,8 @@
 
 Grouping reads the most recent ``RECENT`` failed jobs only, newest first through the
 ``(status, finished_at)`` index: the dashboard's cost does not grow with the queue. Redriving a
-group goes through every failed job that mentions the type, a batch at a time by id.
+group goes through every failed job with an error of the type (``disclosure.error_type_filter``:
+the type, never the text of a message), a batch at a time by id.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .. import operations
+from ..disclosure import error_type_filter
 from ..models import Job
 from ..operations.jobs import batches
 from ..states import Status
@@ -57,7 +59,7 @@ def dead_letter_groups(jobs: QuerySet[Job], recent: int = RECENT) -> list[DeadLe
 
 def failed_like(jobs: QuerySet[Job], error_type: str) -> Iterator[list[int]]:
     """Batches of ids of failed jobs whose last error is of ``error_type``."""
-    candidates = jobs.filter(status=Status.FAILED, errors__icontains=error_type)
+    candidates = jobs.filter(error_type_filter(error_type), status=Status.FAILED)
     for batch in batches(candidates, "errors"):
         yield [pk for pk, errors in batch if last_error_type(errors) == error_type]
 

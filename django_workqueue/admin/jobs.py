@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied
-from django.db.models import JSONField, QuerySet
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -23,13 +23,16 @@ from django.views.decorators.http import require_POST
 
 from .. import permissions
 from ..conf import workqueue_settings as conf
-from ..disclosure import DERIVED_KEY_PREFIXES, Clearance
+from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
 from ..states import Status
+from .disclosed import Disclosed
 from .filters import EnqueuedFilter, ErrorTypeFilter, QueueFilter, TaskFilter, WorkflowFilter
 from .job_actions import ACTIONS, BUTTONS
 from .pagination import EstimatedCountPaginator
+
+_UNCLEARED = Clearance(payload=False, tracebacks=False)
 
 LINKED_JOBS = 100
 """The most prerequisites and dependents the job page lists."""
@@ -61,30 +64,11 @@ class PermissionChecks:
         return permissions.allowed(request.user, "enqueue")
 
 
-class NoPayloadLookups:
-    """Refuse query-string lookups on what disclosure hides. The admin's change list turns any
-    ``?field__lookup=value`` on a local field into a filter: on ``kwargs__token__startswith``
-    or ``errors__icontains`` it would let a user without ``view_job_payload`` (or
-    ``view_job_traceback``) read hidden values one yes/no question at a time."""
-
-    hidden_lookups: tuple[str, ...] = ()
-    """Fields refused besides every JSON field (arguments, results, errors, details)."""
-
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
-        root = lookup.split("__", 1)[0]
-        try:
-            field = self.model._meta.get_field(root)  # type: ignore[attr-defined]
-        except FieldDoesNotExist:
-            field = None
-        if root in self.hidden_lookups or isinstance(field, JSONField):
-            return False
-        return super().lookup_allowed(lookup, value, request)  # type: ignore[misc]
-
-
-class ReadOnly(NoPayloadLookups):
+class ReadOnly(Disclosed):
     """Rows written by the engine only, read from the jobs database (``WORKQUEUE["DATABASE"]``)
     and seen by whoever may see jobs (``view_job``): the one permission model, rather than a
-    view permission per table."""
+    view permission per table; what of them is shown, filtered and ordered on follows
+    ``disclosure`` (``Disclosed``)."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(conf.DATABASE)  # type: ignore[misc]
@@ -107,7 +91,6 @@ class ReadOnly(NoPayloadLookups):
 
 @admin.register(Job)
 class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
-    hidden_lookups = ("progress_message",)
     list_display = [
         "id", "task_name", "queue", "status", "priority", "attempt", "enqueued_at",
         "finished_at", "workflow_link",
@@ -141,6 +124,7 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
         "run_after", "deadline", "unique_key", "workflow_link", "run_condition", "waiting_on",
         "flow_key", "lease_owner", "worker", "lease_seconds", "lease_expires_at",
         "cancel_requested_at", "enqueued_at", "started_at", "finished_at", "unique_key_shown",
+        "flow_key_shown",
     ]  # fmt: skip
 
     @admin.display(description="workflow", ordering="workflow_id")
@@ -159,22 +143,14 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
             return "(not registered: stopped, or its row was removed)"
         return f"{worker.host} pid {worker.pid}"
 
+    # Shown instead of the fields (Disclosed.get_fieldsets) to users without view_job_payload.
     @admin.display(description="unique key")
     def unique_key_shown(self, job: Job) -> str:
-        """The unique key as a user without ``view_job_payload`` may read it."""
-        return Clearance(payload=False, tracebacks=False).unique_key(job.unique_key) or "-"
+        return _UNCLEARED.unique_key(job.unique_key) or "-"
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        fieldsets = super().get_fieldsets(request, obj)
-        if Clearance.of(request.user).payload:
-            return fieldsets
-        return [
-            (name, {**options, "fields": [
-                "unique_key_shown" if field == "unique_key" else field
-                for field in options["fields"]
-            ]})
-            for name, options in fieldsets
-        ]  # fmt: skip
+    @admin.display(description="flow key")
+    def flow_key_shown(self, job: Job) -> str:
+        return _UNCLEARED.flow_key(job) or "-"
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -189,7 +165,7 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
             return queryset.filter(pk=int(term)), False
         if term in registered_tasks():
             return queryset.filter(task_name=term), False
-        if term.startswith(DERIVED_KEY_PREFIXES) and not Clearance.of(request.user).payload:
+        if not self.clearance(request).searchable(Job, "unique_key", term):
             # A derived key quotes the arguments: matching one would confirm a guess of them.
             return queryset.none(), False
         return queryset.filter(unique_key=term), False

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from .. import audit, operations, permissions, stats
 from ..conf import workqueue_settings as conf
+from ..disclosure import Clearance
 from ..exceptions import UnknownQueue
 from ..models import FlowLimit, Queue
 from .jobs import ReadOnly
@@ -53,7 +54,7 @@ class QueueAdmin(ReadOnly, admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Queues", "opts": self.opts, "wq_queues": rows,
             "wq_can_manage": permissions.allowed(request.user, "pause"),
-            "wq_limits": FlowLimit.objects.using(db).order_by("key")[:200],
+            "wq_limits": flow_limits(request, db),
             **(extra_context or {}),
         }  # fmt: skip
         return TemplateResponse(request, "admin/django_workqueue/queue/change_list.html", context)
@@ -75,11 +76,37 @@ class QueueAdmin(ReadOnly, admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:django_workqueue_queue_changelist"))
 
 
+def flow_limits(request: HttpRequest, db: str) -> list[dict[str, Any]]:
+    """The first 200 flow limits' rows, their keys as the user may see them: in key order when
+    the user sees the keys, else by last use, a hidden key masked and unlinked."""
+    clearance = Clearance.of(request.user)
+    cleared = clearance.may_see(FlowLimit, "key")
+    rows = FlowLimit.objects.using(db).order_by("key" if cleared else "-updated_at")[:200]
+    shown = []
+    for row in rows:
+        key = clearance.shown(FlowLimit, "key", row.key)
+        link = key == row.key  # the page's address is the key
+        shown.append({
+            "key": key, "pk": row.pk if link else None, "starts": row.starts,
+            "updated_at": row.updated_at,
+        })  # fmt: skip
+    return shown
+
+
 @admin.register(FlowLimit)
 class FlowLimitAdmin(ReadOnly, admin.ModelAdmin):
+    """A limit's key quotes what the task's ``limit_key`` made of a job's arguments: users
+    without ``view_job_payload`` see it as ``limit:<task>:(hidden)``, unlinked, in the order
+    the rows were last used."""
+
     list_display = ["key", "updated_at", "recent_starts"]
     search_fields = ["=key"]
     readonly_fields = ["key", "starts", "updated_at"]
+    uncleared_ordering = ("-updated_at",)
+
+    @admin.display(description="key")
+    def key_shown(self, limit: FlowLimit) -> str:
+        return str(Clearance(payload=False, tracebacks=False).shown(FlowLimit, "key", limit.key))
 
     @admin.display(description="starts in the rate period")
     def recent_starts(self, limit: FlowLimit) -> int:

@@ -1,5 +1,7 @@
 """Schedules in the admin: edit, enable or disable, and "run now"
-(``operations.run_schedule_now``). Changing a schedule needs ``manage_schedule``."""
+(``operations.run_schedule_now``). Changing a schedule needs ``manage_schedule``. A schedule's
+arguments are a job's arguments to be: shown, editable and filterable with
+``view_job_payload`` only (``disclosure.HIDDEN``); without it the form leaves them be."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from ..conf import workqueue_settings as conf
 from ..exceptions import WorkqueueError
 from ..models import Schedule
 from ..schedules import cron_problem, timezone_problem
-from .jobs import NoPayloadLookups
+from .disclosed import Disclosed
 
 
 class ScheduleForm(forms.ModelForm):
@@ -74,7 +76,7 @@ def run_schedules_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet[
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(NoPayloadLookups, admin.ModelAdmin):
+class ScheduleAdmin(Disclosed, admin.ModelAdmin):
     list_display = ["name", "task_name", "cron", "timezone", "queue", "enabled", "next_run_at",
                     "last_run_at", "source"]  # fmt: skip
     list_filter = ["enabled", "source"]
@@ -82,14 +84,6 @@ class ScheduleAdmin(NoPayloadLookups, admin.ModelAdmin):
     actions = [enable_schedules, disable_schedules, run_schedules_now]
     form = ScheduleForm
     readonly_fields = ["source", "next_run_at", "last_run_at", "created_at", "updated_at"]
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        # A schedule's arguments are a job's arguments to be: shown (and editable) with
-        # view_job_payload only, as the API redacts them. Without it the form leaves them be.
-        fields = super().get_fields(request, obj)
-        if permissions.allowed(request.user, "view_payload"):
-            return fields
-        return [name for name in fields if name not in ("args", "kwargs")]
 
     def has_manage_schedule_permission(self, request: HttpRequest) -> bool:
         return permissions.allowed(request.user, "manage_schedule")

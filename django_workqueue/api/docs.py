@@ -40,10 +40,12 @@ The paths below assume that prefix. Every route:
 
 Unknown ids, queues and schedules answer 404; a bad filter or body answers 400 with the
 problem, keyed by the parameter or field (`{"status": "'dead' is not a job status; …"}`).
-What a job shows depends on the user: arguments and results need `view_job_payload`,
+What a job, a workflow or a schedule shows depends on the user: arguments and results (a
+job's, a workflow's, a schedule's arguments) and derived unique keys need `view_job_payload`,
 tracebacks `view_job_traceback`, and error and progress messages are redacted without the
-payload permission. Lists of jobs and workflows are newest first, a page at a time: follow
-`next` and `previous` (cursor pagination; `limit` sets the page size, at most 500).
+payload permission; filters match errors by type, never by their text. Lists of jobs and
+workflows are newest first, a page at a time: follow `next` and `previous` (cursor
+pagination; `limit` sets the page size, at most 500).
 
 Only tasks registered with `@task(api=True)` can be enqueued through `POST jobs/`, and the
 arguments are checked against the task function's parameters. The schema itself is served at

@@ -16,21 +16,29 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import ValidationError
 
+from ..disclosure import error_type_filter
 from ..models import Job
 from ..states import Status
 from .base import MAX_ID
 
 MAX_VALUES = 50
-"""The most values one list filter (``status``, ``queue``, ``task``) takes."""
+"""The most values one list filter (``status``, ``queue``, ``task``, ``error_type``) takes."""
+MAX_IDS = 1000
+"""The most job ids the ``ids`` filter takes."""
+_NAMES = ("status", "queue", "task", "error_type")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class JobFilters:
     """Filters on jobs; empty ones match every job."""
 
+    ids: tuple[int, ...] = ()
     statuses: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
+    error_types: tuple[str, ...] = ()
+    """Jobs with a recorded error of one of these types (full names, e.g.
+    ``builtins.ValueError``); never the text of errors (``disclosure.error_type_filter``)."""
     workflow: int | None = None
     created_after: datetime | None = None
     """Jobs enqueued at or after this time."""
@@ -40,11 +48,15 @@ class JobFilters:
     @property
     def given(self) -> bool:
         return any(
-            (self.statuses, self.queues, self.tasks, self.workflow is not None,
-             self.created_after, self.created_before)
+            (self.ids, self.statuses, self.queues, self.tasks, self.error_types,
+             self.workflow is not None, self.created_after, self.created_before)
         )  # fmt: skip
 
     def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        if self.ids:
+            jobs = jobs.filter(pk__in=self.ids)
+        if self.error_types:
+            jobs = jobs.filter(error_type_filter(*self.error_types))
         if self.statuses:
             jobs = jobs.filter(status__in=self.statuses)
         if self.queues:
@@ -62,7 +74,8 @@ class JobFilters:
     def as_target(self) -> dict[str, Any]:
         """The filters given, as JSON (an audit record's target)."""
         chosen = {
-            "status": list(self.statuses), "queue": list(self.queues), "task": list(self.tasks),
+            "ids": list(self.ids), "status": list(self.statuses), "queue": list(self.queues),
+            "task": list(self.tasks), "error_type": list(self.error_types),
             "workflow": self.workflow,
             "created_after": self.created_after and self.created_after.isoformat(),
             "created_before": self.created_before and self.created_before.isoformat(),
@@ -70,16 +83,26 @@ class JobFilters:
         return {key: value for key, value in chosen.items() if value not in (None, [])}
 
 
-FILTERS = ("status", "queue", "task", "workflow", "created_after", "created_before")
+FILTERS = (
+    "ids",
+    "status",
+    "queue",
+    "task",
+    "error_type",
+    "workflow",
+    "created_after",
+    "created_before",
+)
 
 
 def from_query(params: Any, *, allowed: Iterable[str] = ()) -> JobFilters:
-    """Filters from query parameters: ``status``, ``queue`` and ``task`` repeated or
-    comma-separated; ``workflow`` an id; ``created_after`` / ``created_before`` ISO 8601 times
-    (UTC when no offset is given). ``allowed`` names other parameters the view reads."""
+    """Filters from query parameters: ``ids``, ``status``, ``queue``, ``task`` and
+    ``error_type`` repeated or comma-separated; ``workflow`` an id; ``created_after`` /
+    ``created_before`` ISO 8601 times (UTC when no offset is given). ``allowed`` names other
+    parameters the view reads."""
     refuse_unknown(params, [*FILTERS, *allowed])
     values: dict[str, Any] = {}
-    for name in ("status", "queue", "task"):
+    for name in ("ids", *_NAMES):
         items = [part.strip() for value in params.getlist(name) for part in value.split(",")]
         values[name] = [item for item in items if item]
     for name in ("workflow", "created_after", "created_before"):
@@ -102,7 +125,7 @@ def parse(values: Mapping[str, Any]) -> JobFilters:
     """Filters from a mapping of the ``FILTERS`` (as JSON values); errors name each bad one."""
     problems: dict[str, str] = {}
     lists: dict[str, tuple[str, ...]] = {}
-    for name in ("status", "queue", "task"):
+    for name in _NAMES:
         value = values.get(name)
         if value is None:
             value = []
@@ -127,25 +150,45 @@ def parse(values: Mapping[str, Any]) -> JobFilters:
             f"{', '.join(map(repr, bad))} is not a job status; the statuses are: "
             f"{', '.join(Status.values)}"
         )
+    ids = _ids(values.get("ids"), problems)
     workflow = _workflow(values.get("workflow"), problems)
     after = _time(values.get("created_after"), "created_after", problems)
     before = _time(values.get("created_before"), "created_before", problems)
     if problems:
         raise ValidationError(problems)
     return JobFilters(
-        statuses=lists["status"], queues=lists["queue"], tasks=lists["task"], workflow=workflow,
-        created_after=after, created_before=before,
+        ids=ids, statuses=lists["status"], queues=lists["queue"], tasks=lists["task"],
+        error_types=lists["error_type"], workflow=workflow, created_after=after,
+        created_before=before,
     )  # fmt: skip
+
+
+def _ids(value: Any, problems: dict[str, str]) -> tuple[int, ...]:
+    if value is None or value == "":
+        return ()
+    items = value if isinstance(value, list) else [value]
+    numbers = [_whole(item) for item in items]
+    if len(items) > MAX_IDS or any(number is None for number in numbers):
+        problems["ids"] = f"give at most {MAX_IDS} job ids (positive whole numbers)"
+        return ()
+    return tuple(dict.fromkeys(number for number in numbers if number is not None))
+
+
+def _whole(value: Any) -> int | None:
+    """A positive 64-bit id from JSON (a number, or its digits), else None."""
+    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID):
+        return None
+    return int(text)
 
 
 def _workflow(value: Any, problems: dict[str, str]) -> int | None:
     if value is None or value == "":
         return None
-    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
-    if not (text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID):
+    number = _whole(value)
+    if number is None:
         problems["workflow"] = "give a workflow id (a positive whole number)"
-        return None
-    return int(text)
+    return number
 
 
 def _time(value: Any, name: str, problems: dict[str, str]) -> datetime | None:

@@ -1,6 +1,7 @@
-"""What the API shows and accepts. A job's payload, error messages and tracebacks are shown as
+"""What the API shows and accepts. Every field of ``disclosure.HIDDEN`` (a job's payload, errors,
+progress message and unique key, a workflow's result, a schedule's arguments) is shown as
 ``disclosure.Clearance`` allows the requesting user (the view passes its clearance in the
-serializer's context as ``"clearance"``); nothing else of a job depends on who asks."""
+serializer's context as ``"clearance"``); nothing else depends on who asks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..disclosure import Clearance
 from ..models import Job, Schedule, Workflow
 from ..registry import MAX_ATTEMPTS
 from ..states import CatchUp, Status, WorkflowStatus
-from .filters import MAX_VALUES
+from .base import MAX_ID
+from .filters import MAX_IDS, MAX_VALUES
 
 MAX_DELAY = 366 * 24 * 3600
 """The longest ``delay`` an enqueue through the API may ask for: a year, in seconds."""
@@ -70,7 +72,7 @@ class JobSummarySerializer(serializers.Serializer):
         row["workflow_id"] = job.workflow_id
         row["progress"] = {
             "current": job.progress_current, "total": job.progress_total,
-            "message": clearance.text(job.progress_message),
+            "message": clearance.shown(Job, "progress_message", job.progress_message),
         }  # fmt: skip
         return row
 
@@ -114,7 +116,7 @@ class JobSerializer(JobSummarySerializer):
         row = super().row(job, clearance)
         row.update(clearance.payload_of(job))
         row["unique_key"] = clearance.unique_key(job.unique_key)
-        row["errors"] = clearance.errors(job.errors if isinstance(job.errors, list) else [])
+        row["errors"] = clearance.shown(Job, "errors", job.errors)
         if hasattr(job, "duplicate"):
             row["duplicate"] = bool(job.duplicate)
         return row
@@ -139,12 +141,21 @@ class RedriveSerializer(serializers.Serializer):
     """Which failed jobs to move back to ready: a filter (or `all`), tried first with
     `dry_run`."""
 
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID), max_length=MAX_IDS,
+        required=False, help_text="These jobs (those of them that failed).",
+    )  # fmt: skip
     queue = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=MAX_VALUES, required=False
     )
     task = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=MAX_VALUES, required=False
     )
+    error_type = serializers.ListField(
+        child=serializers.CharField(max_length=200), max_length=MAX_VALUES, required=False,
+        help_text="Jobs with a recorded error of this type (its full name, e.g. "
+        "builtins.ValueError). Errors' messages and tracebacks are not searched.",
+    )  # fmt: skip
     workflow = serializers.IntegerField(min_value=1, required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
@@ -225,12 +236,20 @@ class WorkflowSummarySerializer(serializers.Serializer):
 
 
 class WorkflowSerializer(WorkflowSummarySerializer):
-    result = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
+    result = serializers.SerializerMethodField(
+        help_text="Null without the payload permission (view_job_payload)."
+    )
+    result_hidden = serializers.SerializerMethodField(
+        help_text="True when the user lacks view_job_payload: result is then null."
+    )
     graph = serializers.SerializerMethodField()
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_result(self, workflow: Workflow) -> Any:
-        return self.context["clearance"].redacted(workflow.result)
+        return self.context["clearance"].shown(Workflow, "result", workflow.result)
+
+    def get_result_hidden(self, workflow: Workflow) -> bool:
+        return not self.context["clearance"].may_see(Workflow, "result")
 
     @extend_schema_field(GraphSerializer)
     def get_graph(self, workflow: Workflow) -> dict[str, Any]:
@@ -242,8 +261,15 @@ class ScheduleSerializer(serializers.Serializer):
     task_name = serializers.CharField()
     cron = serializers.CharField()
     timezone = serializers.CharField()
-    args = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
-    kwargs = serializers.SerializerMethodField(help_text="Redacted without the payload permission.")
+    args = serializers.SerializerMethodField(
+        help_text="Null without the payload permission (view_job_payload)."
+    )
+    kwargs = serializers.SerializerMethodField(
+        help_text="Null without the payload permission (view_job_payload)."
+    )
+    payload_hidden = serializers.SerializerMethodField(
+        help_text="True when the user lacks view_job_payload: args and kwargs are then null."
+    )
     queue = serializers.CharField(allow_null=True, help_text="None: the task's own queue.")
     enabled = serializers.BooleanField()
     catch_up = serializers.ChoiceField(choices=CatchUp.choices)
@@ -253,11 +279,14 @@ class ScheduleSerializer(serializers.Serializer):
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_args(self, schedule: Schedule) -> Any:
-        return self.context["clearance"].redacted(schedule.args)
+        return self.context["clearance"].shown(Schedule, "args", schedule.args)
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_kwargs(self, schedule: Schedule) -> Any:
-        return self.context["clearance"].redacted(schedule.kwargs)
+        return self.context["clearance"].shown(Schedule, "kwargs", schedule.kwargs)
+
+    def get_payload_hidden(self, schedule: Schedule) -> bool:
+        return not self.context["clearance"].may_see(Schedule, "args")
 
 
 class QueueSerializer(serializers.Serializer):

@@ -230,7 +230,8 @@ def audit_target(
     if filters is not None:
         chosen = {
             "queue": list(filters.queues), "task": list(filters.tasks),
-            "status": list(filters.statuses), "error": filters.error,
+            "status": list(filters.statuses), "error_type": list(filters.error_types),
+            "error": filters.error,
             "older_than_seconds": (
                 None if filters.older_than is None else filters.older_than.total_seconds()
             ),

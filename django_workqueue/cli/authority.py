@@ -57,48 +57,11 @@ class Authority:
         except PermissionDenied as exc:
             raise NotAllowed(str(exc)) from None
 
-    def listed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``workqueue jobs``' rows as this user may see them: each last error's message
-        redacted without the payload permission, as ``show`` and the API do."""
-        if self.user is None:
-            return rows
-        clearance = Clearance.of(self.user)
-        if clearance.payload:
-            return rows
-        shown = []
-        for row in rows:
-            last = row.get("last_error")
-            if last:
-                row = {
-                    **row,
-                    "last_error": {**last, "message": clearance.text(last["message"] or "")},
-                }
-            shown.append(row)
-        return shown
-
-    def disclosed(
-        self, detail: dict[str, Any], errors: list[dict[str, Any]], *, tracebacks: bool
-    ) -> dict[str, Any]:
-        """``workqueue show``'s detail as this user may see it (everything for the shell);
-        ``errors`` are the job's recorded errors, tracebacks included."""
-        if self.user is None:
-            return detail
-        clearance = Clearance.of(self.user)
-        shown = {**detail, "errors": clearance.errors(errors)}
-        if not tracebacks:
-            for error in shown["errors"]:
-                error.pop("traceback", None)
-        if not clearance.payload:
-            if detail.get("last_error"):
-                last = detail["last_error"]
-                shown["last_error"] = {**last, "message": clearance.text(last["message"] or "")}
-            shown.update(args=None, kwargs=None, result=None, payload_hidden=True)
-            shown["unique_key"] = clearance.unique_key(detail.get("unique_key"))
-            shown["progress"] = {
-                **detail["progress"], "details": None,
-                "message": clearance.text(detail["progress"]["message"]),
-            }  # fmt: skip
-        return shown
+    @property
+    def clearance(self) -> Clearance:
+        """What the command may show and filter on (``disclosure``): the user's clearance, or
+        everything for the shell's authority."""
+        return Clearance.everything() if self.user is None else Clearance.of(self.user)
 
 
 def _find(username: str) -> Any:

@@ -1,5 +1,6 @@
 """What the read-only subcommands show, as plain data: the ``--json`` output, and what
-``tables`` renders. Times are ISO 8601 in UTC.
+``tables`` renders. Times are ISO 8601 in UTC. What of a job is shown follows the user's
+``disclosure.Clearance`` (everything for the shell's authority).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from django.db.models import Count, QuerySet
 
 from .. import operations
 from ..conf import workqueue_settings as conf
+from ..disclosure import Clearance
 from ..models import Dependency, Job, Queue, WorkerProcess
 from ..states import Status
 
@@ -78,13 +80,14 @@ def worker(row: WorkerProcess) -> dict[str, Any]:
     }
 
 
-def job_rows(jobs: QuerySet[Job], limit: int) -> list[dict[str, Any]]:
+def job_rows(jobs: QuerySet[Job], limit: int, clearance: Clearance) -> list[dict[str, Any]]:
     """``workqueue jobs``: the newest ``limit`` jobs of the selection."""
-    return [job_row(job) for job in jobs.order_by("-id")[:limit]]
+    return [job_row(job, clearance) for job in jobs.order_by("-id")[:limit]]
 
 
-def job_row(job: Job) -> dict[str, Any]:
-    last = job.errors[-1] if job.errors else None
+def job_row(job: Job, clearance: Clearance) -> dict[str, Any]:
+    errors = clearance.shown(Job, "errors", job.errors[-1:] if job.errors else [])
+    last = errors[-1] if errors else None
     return {
         "id": job.pk,
         "task": job.task_name,
@@ -102,17 +105,20 @@ def job_row(job: Job) -> dict[str, Any]:
     }
 
 
-def job_detail(job: Job, *, tracebacks: bool = False) -> dict[str, Any]:
-    """``workqueue show ID``: every field an operator asks about."""
+def job_detail(job: Job, clearance: Clearance, *, tracebacks: bool = False) -> dict[str, Any]:
+    """``workqueue show ID``: every field an operator asks about, as ``clearance`` may see
+    it; errors' tracebacks only when asked for (``--tracebacks``)."""
     db = job._state.db or conf.DATABASE
     edges = Dependency.objects.using(db)
+    payload = clearance.payload_of(job)
     return {
-        **job_row(job),
-        "args": job.args,
-        "kwargs": job.kwargs,
-        "result": job.result,
-        "unique_key": job.unique_key,
-        "flow_key": job.flow_key,
+        **job_row(job, clearance),
+        "args": payload["args"],
+        "kwargs": payload["kwargs"],
+        "result": payload["result"],
+        "payload_hidden": payload["payload_hidden"],
+        "unique_key": clearance.unique_key(job.unique_key),
+        "flow_key": clearance.flow_key(job),
         "deadline": timestamp(job.deadline),
         "lease_owner": job.lease_owner,
         "lease_expires_at": timestamp(job.lease_expires_at),
@@ -120,8 +126,8 @@ def job_detail(job: Job, *, tracebacks: bool = False) -> dict[str, Any]:
         "progress": {
             "current": job.progress_current,
             "total": job.progress_total,
-            "message": job.progress_message,
-            "details": job.progress_details,
+            "message": clearance.shown(Job, "progress_message", job.progress_message),
+            "details": payload["progress_details"],
         },
         "prerequisites": list(
             edges.filter(job=job).order_by("position").values_list("prerequisite_id", flat=True)
@@ -131,6 +137,6 @@ def job_detail(job: Job, *, tracebacks: bool = False) -> dict[str, Any]:
         ),
         "errors": [
             {key: value for key, value in error.items() if tracebacks or key != "traceback"}
-            for error in job.errors
+            for error in clearance.shown(Job, "errors", job.errors)
         ],
     }

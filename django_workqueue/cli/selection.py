@@ -1,5 +1,9 @@
 """Which jobs a subcommand acts on: ids, or filters (``--queue``, ``--task``, ``--status``,
-``--error``, ``--older-than``), as one queryset.
+``--error-type``, ``--error``, ``--older-than``), as one queryset.
+
+Errors are filtered as ``disclosure`` decides: on their type for everyone, on their text
+(messages, tracebacks) only for a user who may read all of it, so that ``--error`` cannot
+confirm guesses of what is hidden from the user.
 
 The argument validators are plain functions that raise ``argparse.ArgumentTypeError`` with a
 message naming the fix, as Django's commands do.
@@ -16,6 +20,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.db.models.functions import Coalesce, Now
 
+from ..disclosure import Clearance, error_type_filter
 from ..models import Job
 from ..states import Status
 
@@ -56,14 +61,25 @@ class Filters:
     queues: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     statuses: tuple[str, ...] = ()
+    error_types: tuple[str, ...] = ()
+    """Jobs with a recorded error of one of these types (full names)."""
     error: str | None = None
     """A piece of any recorded error of the job (type, message or traceback), any case."""
     older_than: timedelta | None = None
     """Finished jobs by ``finished_at``, the others by ``enqueued_at``."""
+    clearance: Clearance = Clearance(payload=False, tracebacks=False)  # noqa: RUF009 (frozen)
+    """Who filters: ``error`` needs a clearance to read all of an error."""
+
+    def __post_init__(self) -> None:
+        if self.error:
+            self.clearance.error_text_filter(self.error)  # refuse now, naming the fix
 
     @property
     def given(self) -> bool:
-        return bool(self.queues or self.tasks or self.statuses or self.error or self.older_than)
+        return bool(
+            self.queues or self.tasks or self.statuses or self.error_types or self.error
+            or self.older_than
+        )  # fmt: skip
 
     def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
         if self.queues:
@@ -72,8 +88,10 @@ class Filters:
             jobs = jobs.filter(task_name__in=self.tasks)
         if self.statuses:
             jobs = jobs.filter(status__in=self.statuses)
+        if self.error_types:
+            jobs = jobs.filter(error_type_filter(*self.error_types))
         if self.error:
-            jobs = jobs.filter(errors__icontains=self.error)
+            jobs = jobs.filter(self.clearance.error_text_filter(self.error))
         if self.older_than is not None:
             jobs = jobs.alias(last_change=Coalesce("finished_at", "enqueued_at")).filter(
                 last_change__lt=Now() - self.older_than
@@ -95,8 +113,13 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Jobs in this status (repeat): {', '.join(Status.values)}.",
     )  # fmt: skip
     parser.add_argument(
+        "--error-type", action="append", default=[], metavar="TYPE", dest="error_type",
+        help="Jobs with an error of this type, its full name: builtins.ValueError (repeat).",
+    )  # fmt: skip
+    parser.add_argument(
         "--error", metavar="TEXT",
-        help="Jobs with an error containing TEXT (type, message or traceback; any case).",
+        help="Jobs with an error containing TEXT (type, message or traceback; any case). With "
+        "--user, the user needs view_job_payload and view_job_traceback.",
     )  # fmt: skip
     parser.add_argument(
         "--older-than", type=duration, metavar="AGE",
@@ -104,11 +127,15 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def filters_from(options: dict[str, Any]) -> Filters:
+def filters_from(options: dict[str, Any], clearance: Clearance) -> Filters:
+    """The filters of the options, for a user of ``clearance``; raises
+    ``disclosure.ErrorTextHidden`` for ``--error`` without the clearance to read errors."""
     return Filters(
         queues=tuple(options.get("queue") or ()),
         tasks=tuple(options.get("task") or ()),
         statuses=tuple(options.get("status") or ()),
+        error_types=tuple(options.get("error_type") or ()),
         error=options.get("error") or None,
         older_than=options.get("older_than"),
+        clearance=clearance,
     )

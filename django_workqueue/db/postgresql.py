@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.checks import CheckMessage
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
 from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
@@ -822,7 +822,10 @@ class PostgresDriver(Driver):
                 )
                 row = cursor.fetchone()
             return int(row[0]) if row and row[0] > 0 else None
-        sql, params = queryset.order_by().values("pk").query.sql_with_params()
+        try:
+            sql, params = queryset.order_by().values("pk").query.sql_with_params()
+        except EmptyResultSet:  # a filter that matches nothing (.none(), pk__in=[])
+            return 0
         with self.connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
             (plan,) = cursor.fetchone()

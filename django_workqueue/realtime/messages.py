@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..disclosure import Clearance
+from ..models import Job
 
 GROUP_PREFIX = "workqueue"
 JOB_FIELDS = (
@@ -74,10 +75,10 @@ def job_message(event: str, state: Mapping[str, Any], clearance: Clearance) -> d
     """A job's state as ``clearance`` may see it: the progress message redacted and the
     details withheld without the payload permission."""
     progress = dict(state["progress"])
-    progress["message"] = clearance.text(progress.get("message") or "")
-    if not clearance.payload:
-        progress["details"] = None
-    job = {**state, "progress": progress, "details_hidden": not clearance.payload}
+    progress["message"] = clearance.shown(Job, "progress_message", progress.get("message") or "")
+    progress["details"] = clearance.shown(Job, "progress_details", progress.get("details"))
+    hidden = not clearance.may_see(Job, "progress_details")
+    job = {**state, "progress": progress, "details_hidden": hidden}
     return {"type": "job", "event": event, "job": job}
 
 

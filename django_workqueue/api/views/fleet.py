@@ -95,8 +95,8 @@ class ScheduleViewSet(WorkqueueView, viewsets.ViewSet):
 
     @documented(
         summary="List schedules",
-        description="Every cron schedule, by name; arguments are redacted without "
-        "`view_job_payload`. Permission: `django_workqueue.view_job`.",
+        description="Every cron schedule, by name; arguments are null (`payload_hidden`) "
+        "without `view_job_payload`. Permission: `django_workqueue.view_job`.",
         responses={200: ScheduleSerializer(many=True)},
     )
     def list(self, request: Request) -> Response:

@@ -53,6 +53,16 @@ _LIST_PARAMETERS = [
         "task", OpenApiTypes.STR, many=True, explode=True,
         description="Jobs of this task, by registered name (repeat, or separate with commas).",
     ),
+    OpenApiParameter(
+        "error_type", OpenApiTypes.STR, many=True, explode=True,
+        description="Jobs with a recorded error of this type, by its full name (e.g. "
+        "builtins.ValueError; repeat, or separate with commas). Errors' messages and "
+        "tracebacks are not searched.",
+    ),
+    OpenApiParameter(
+        "ids", OpenApiTypes.INT, many=True, explode=True,
+        description="These jobs (repeat, or separate with commas).",
+    ),
     OpenApiParameter("workflow", OpenApiTypes.INT, description="Jobs of this workflow (its id)."),
     OpenApiParameter(
         "created_after", OpenApiTypes.DATETIME,
@@ -215,14 +225,15 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         filters = JobFilters(
-            queues=tuple(data.get("queue", ())), tasks=tuple(data.get("task", ())),
+            ids=tuple(dict.fromkeys(data.get("ids", ()))), queues=tuple(data.get("queue", ())),
+            tasks=tuple(data.get("task", ())), error_types=tuple(data.get("error_type", ())),
             workflow=data.get("workflow"), created_after=data.get("created_after"),
             created_before=data.get("created_before"),
         )  # fmt: skip
         if not filters.given and not data["all"]:
             raise ValidationError(
-                {"all": "give a filter (queue, task, workflow, created_after, created_before), "
-                 "or all: true to redrive every failed job"}
+                {"all": "give a filter (ids, queue, task, error_type, workflow, created_after, "
+                 "created_before), or all: true to redrive every failed job"}
             )  # fmt: skip
         selection = filters.apply(self.get_queryset()).filter(status=Status.FAILED)
         if data["dry_run"]:

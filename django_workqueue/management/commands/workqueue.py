@@ -20,8 +20,16 @@ from ... import audit, operations
 from ...cli import actions, reports, tables
 from ...cli.authority import Authority, NotAllowed
 from ...cli.confirmation import confirm
-from ...cli.selection import add_filter_arguments, duration, filters_from, job_id, status
+from ...cli.selection import (
+    Filters,
+    add_filter_arguments,
+    duration,
+    filters_from,
+    job_id,
+    status,
+)
 from ...conf import workqueue_settings as conf
+from ...disclosure import ErrorTextHidden
 from ...exceptions import UnknownQueue
 from ...models import AuditSource, Job
 from ...operations.purge import purgeable
@@ -129,17 +137,16 @@ class Command(BaseCommand):
         if subcommand == "workers":
             return self._show(reports.workers(alias), tables.workers)
         if subcommand == "jobs":
-            selection = filters_from(options).apply(Job.objects.using(alias))
-            rows = self.authority.listed(reports.job_rows(selection, options["limit"]))
+            selection = self._filters(options).apply(Job.objects.using(alias))
+            rows = reports.job_rows(selection, options["limit"], self.authority.clearance)
             return self._show(rows, lambda data: tables.jobs(data, options["limit"]))
         if subcommand == "show":
             job = Job.objects.using(alias).filter(pk=options["id"]).first()
             if job is None:
                 raise CommandError(f"there is no job {options['id']}", returncode=ERROR)
-            detail = self.authority.disclosed(
-                reports.job_detail(job, tracebacks=options["tracebacks"]), job.errors,
-                tracebacks=options["tracebacks"],
-            )  # fmt: skip
+            detail = reports.job_detail(
+                job, self.authority.clearance, tracebacks=options["tracebacks"]
+            )
             return self._show(detail, tables.job)
         if subcommand in ("pause", "resume"):
             try:
@@ -158,14 +165,14 @@ class Command(BaseCommand):
 
     def _job_action(self, alias: str, name: str, options: dict[str, Any]) -> None:
         action = actions.actions(attempts=options.get("attempts"))[name]
-        filters = filters_from(options)
+        filters = self._filters(options)
         ids, dry_run = options["ids"], options["dry_run"]
         if ids and (filters.given or options["all"]):
             raise CommandError(f"{name}: give job ids or filters, not both", returncode=ERROR)
         if not ids and not filters.given and not options["all"]:
             raise CommandError(
                 f"{name}: name the jobs: ids (workqueue {name} 12 13), filters (--queue, --task, "
-                f"--status, --error, --older-than) or --all",
+                f"--status, --error-type, --error, --older-than) or --all",
                 returncode=ERROR,
             )
         if ids:
@@ -229,6 +236,12 @@ class Command(BaseCommand):
             self.stdout.write(message)
         if not would:
             raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _filters(self, options: dict[str, Any]) -> Filters:
+        try:
+            return filters_from(options, self.authority.clearance)
+        except ErrorTextHidden as exc:
+            raise CommandError(f"--error: {exc} (--error-type NAME)", returncode=ERROR) from exc
 
     def _audit(self, alias: str, action: str, target: dict[str, Any], changed: int) -> None:
         # After the change, in a transaction of its own: a change by filter or a purge runs in
