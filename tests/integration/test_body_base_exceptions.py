@@ -9,6 +9,7 @@ tests/acceptance/test_body_exits.py.
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from django_workqueue.testing import drain
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add, batch_exits, batch_exits_async, exits, exits_async
 from tests.support.database import fresh
+from tests.support.tasks import interrupted_by_ctrl_c
 from tests.support.waiting import join_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,3 +136,18 @@ def test_drain_on_the_main_thread_records_the_body_exit_as_a_failure(kind: str) 
     assert drain() == 1
 
     assert_failed_by(job, kind)
+
+
+def test_a_ctrl_c_of_the_process_during_drain_stops_it_and_gives_the_job_back() -> None:
+    """Not the body's: the interrupt reaches the caller and the job is back ``ready``, its
+    attempt not charged, as a worker's shutdown gives back its jobs."""
+    job = interrupted_by_ctrl_c.enqueue()
+    after = add.enqueue(1, 2)
+
+    with pytest.raises(KeyboardInterrupt):
+        drain()
+
+    job = fresh(job)
+    assert (job.status, job.attempt, job.max_attempts, job.errors) == (Status.READY, 1, 4, [])
+    assert fresh(after).status == Status.READY  # drain stopped
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
