@@ -54,18 +54,19 @@ def run(
         return refused, True
 
     try:
-        args = list(job.args)
-        if job.input_shape is not None:  # a workflow step: the previous step's value first
-            args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
-        if task.spec.takes_context:
-            args.insert(0, context)
-            if task.spec.is_async and job.workflow_id is not None:
-                _ = context.dependencies  # read now: the event loop must not query the database
-        if task.spec.atomic:
-            return _run_atomic(task, job, context, driver, args), False
-        value = _attempt(task, job, context, args, loop)
-        outcome = ending.success(job, value)
-        outcome.spawn = context.spawn
+        with interrupts.watched():  # a Ctrl-C meanwhile is not the body's
+            args = list(job.args)
+            if job.input_shape is not None:  # a workflow step: the previous step's value first
+                args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
+            if task.spec.takes_context:
+                args.insert(0, context)
+                if task.spec.is_async and job.workflow_id is not None:
+                    _ = context.dependencies  # read now: the event loop must not query the database
+            if task.spec.atomic:
+                return _run_atomic(task, job, context, driver, args), False
+            value = _attempt(task, job, context, args, loop)
+            outcome = ending.success(job, value)
+            outcome.spawn = context.spawn
     except _LostLease:
         logger.warning(
             "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
@@ -107,14 +108,13 @@ def _attempt(
     else:
         body = lambda: spec.func(*args, **job.kwargs)  # noqa: E731
     chain = middleware.chain(_call_body)
-    with interrupts.watched():
-        if chain is None:
-            return body()
-        _bodies[id(context)] = body
-        try:
-            return chain(context)
-        finally:
-            del _bodies[id(context)]
+    if chain is None:
+        return body()
+    _bodies[id(context)] = body
+    try:
+        return chain(context)
+    finally:
+        del _bodies[id(context)]
 
 
 def _run_atomic(

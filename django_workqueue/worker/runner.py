@@ -450,7 +450,7 @@ class Worker:
             self.wake.set()
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs of ``queues`` for this worker (``worker/claiming.py``)."""
+        """Claim up to ``limit`` jobs of ``queues`` for this worker (``flow/claimer.py``)."""
         return self.claimer.claim(queues, limit)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:
