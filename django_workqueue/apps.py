@@ -3,8 +3,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+from typing import Any
 
 from django.apps import AppConfig
+from django.core.signals import setting_changed
 
 from .discovery import discover_tasks
 
@@ -18,9 +20,32 @@ class WorkqueueConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .attempt import inprocess  # noqa: F401 - registers skip-queue's runner
 
         discover_tasks()
         connect_realtime()
+        load_eager_runner()
+        setting_changed.connect(_eager_setting_changed, dispatch_uid="django_workqueue.eager")
+
+
+EAGER_RUNNER = "django_workqueue.testing.runner"
+"""The module that runs jobs at every in-process wake-up under ``WORKQUEUE["EAGER"]`` (it
+registers itself with ``wakeup`` when imported): a plugin point chosen by a setting, imported
+by its dotted path only when the setting is on, so production never loads the testing code."""
+
+
+def load_eager_runner() -> None:
+    """Import the eager runner if ``WORKQUEUE["EAGER"]`` is on."""
+    from .conf import workqueue_settings as conf
+
+    if conf.EAGER is True:
+        importlib.import_module(EAGER_RUNNER)
+
+
+def _eager_setting_changed(setting: str, **kwargs: Any) -> None:
+    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on."""
+    if setting == "WORKQUEUE":
+        load_eager_runner()
 
 
 def connect_realtime() -> None:

@@ -2,15 +2,18 @@
 
 This is how a worker running inside the enqueueing process (tests, the demo, SQLite set-ups)
 hears of new work at once; other processes hear through LISTEN/NOTIFY on PostgreSQL or polling.
+Whatever runs jobs in this process registers here: a worker its wake-up event and the queues it
+serves, ``django_workqueue.testing`` its eager runner (``WORKQUEUE["EAGER"]``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _lock = threading.Lock()
 _listeners: dict[threading.Event, frozenset[str]] = {}
+_eager: Callable[[], None] | None = None
 
 
 def register(event: threading.Event, queues: Iterable[str]) -> None:
@@ -23,6 +26,13 @@ def unregister(event: threading.Event) -> None:
         _listeners.pop(event, None)
 
 
+def register_eager(runner: Callable[[], None]) -> None:
+    """Name what runs the ready jobs here at every wake-up while ``WORKQUEUE["EAGER"]`` is on
+    (``testing.runner.run_eagerly``, which registers itself when imported)."""
+    global _eager
+    _eager = runner
+
+
 def wake(queues: Iterable[str]) -> None:
     wanted = set(queues)
     with _lock:
@@ -32,8 +42,6 @@ def wake(queues: Iterable[str]) -> None:
             event.set()
     from .conf import workqueue_settings as conf
 
-    if conf.EAGER:
+    if conf.EAGER and _eager is not None:
         # WORKQUEUE["EAGER"] (tests): what a worker would now claim runs here, at once.
-        from .testing.runner import run_eagerly
-
-        run_eagerly()
+        _eager()

@@ -5,7 +5,7 @@
 >>> assert_enqueued(send_receipt, args=[order.pk])
 >>> drain()                              # runs it (and every job it releases) right here
 
-Jobs run through the worker's own pipeline (``worker.execution``: middlewares, retries,
+Jobs run through the worker's own attempt runner (``attempt``: middlewares, retries,
 workflow releases, the recorded outcome) on the calling thread and its database connection, so
 ``drain()`` works inside a plain ``django.test.TestCase`` on SQLite and PostgreSQL: no worker
 thread or process has to see the test's uncommitted transaction. ``WORKQUEUE["EAGER"] = True``

@@ -1,10 +1,14 @@
 """``drain()``, ``run_job()`` and eager mode: jobs run on the calling thread, as a worker runs them.
 
-Each job is claimed as a worker claims it (``worker.claiming.Claimer``: the plain claim and the
-flow claim, so limits and fairness keys hold) and run by ``flow.skipqueue.run_claimed`` (the
-worker's ``execution.run`` and its outcome written by ``workflow.release.record``), without a
-heartbeat thread: everything happens on this thread's connection, inside the test's
-transaction if there is one.
+Each job is claimed as a worker claims it (``flow.claimer.Claimer``: the plain claim and the
+flow claim, so limits and fairness keys hold) and run by the attempt runner
+(``attempt.inprocess.run_claimed``: the worker's pipeline, and its outcome written by
+``workflow.release.record``), without a heartbeat thread: everything happens on this thread's
+connection, inside the test's transaction if there is one.
+
+Eager mode: importing this module registers ``run_eagerly`` with ``wakeup`` (as a worker
+registers its wake-up event), and the app's ``ready()`` imports it when ``WORKQUEUE["EAGER"]``
+is on.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..exceptions import WorkqueueError
 
@@ -42,10 +47,12 @@ def drain(queues: Iterable[str] | None = None, *, max_jobs: int = MAX_JOBS) -> i
     >>> drain()
     2
     """
+    # Imported here: ``django_workqueue.testing`` imports before Django is set up (a
+    # conftest, the pytest plugin), and these need the app registry.
+    from ..attempt.inprocess import run_claimed
     from ..db import driver_for
-    from ..flow.skipqueue import run_claimed
+    from ..flow.claimer import Claimer
     from ..maintenance import promoter
-    from ..worker.claiming import Claimer
 
     driver = driver_for(conf.DATABASE)
     owner = _owner("drain")
@@ -93,8 +100,8 @@ def run_job(job: Job | int) -> Job:
     >>> job.status
     'succeeded'
     """
+    from ..attempt.inprocess import run_claimed  # needs the app registry (see drain)
     from ..db import driver_for
-    from ..flow.skipqueue import run_claimed
     from ..models import Job
 
     job_id = job if isinstance(job, int) else job.pk
@@ -123,9 +130,13 @@ def run_job(job: Job | int) -> Job:
     return Job.objects.using(conf.DATABASE).get(pk=job_id)
 
 
-def run_eagerly(*_: Any) -> None:
+def run_eagerly() -> None:
     """``WORKQUEUE["EAGER"]``: called by every in-process wake-up (an enqueue's commit, a
-    release); runs what is ready, unless this thread is running jobs already."""
+    release) while the setting is on; runs what is ready, unless this thread is running jobs
+    already."""
     if getattr(_local, "draining", False):
         return
     drain()
+
+
+wakeup.register_eager(run_eagerly)

@@ -2,8 +2,9 @@
 it, one at a time, and hands each outcome back (``processes.py`` is the worker's side;
 ``spawned.py`` starts it).
 
-The child runs the same pipeline as a slot thread (``execution.run``: the task, the attempt
-middlewares, the classification of its ending) and writes no job state: the worker records
+The child runs the same attempt runner as a slot thread (``attempt.run``: the task, the attempt
+middlewares, the classification of its ending; a ``SystemExit`` its body raises is the body's
+failure, reported like any other, not the child's exit) and writes no job state: the worker records
 every outcome, renews the leases and decides what is claimed. The one exception is an
 ``atomic=True`` task, whose success must commit with the body's own writes: the child records
 it inside the body's transaction, fenced by the worker's lease exactly as a slot thread does.
@@ -29,15 +30,16 @@ from typing import Any
 
 from django.db import connections
 
+from ..attempt.asyncloop import AsyncLoop
+from ..attempt.connections import close_unusable_connections, serving, tidy_connections
+from ..attempt.ending import unstorable
+from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import driver_for
 from ..outcomes import Outcome
 from ..registry import find_task
 from . import wire
-from .asyncloop import AsyncLoop
-from .connections import close_unusable_connections, serving, tidy_connections
-from .execution import load_middlewares, run, unstorable
 
 logger = logging.getLogger("django_workqueue.worker")
 

@@ -22,12 +22,12 @@ import logging
 import threading
 import time
 
+from ..attempt.connections import is_transient
+from ..attempt.ending import log_not_written, unstorable
+from ..attempt.throttle import ProgressThrottle
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
 from ..workflow import release
-from .connections import is_transient
-from .execution import log_not_written, unstorable
-from .throttle import ProgressThrottle
 
 logger = logging.getLogger("django_workqueue.worker")
 

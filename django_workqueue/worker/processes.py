@@ -45,16 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..attempt import ending
 from ..context import AbortReason
 from ..db import ClaimedJob, Outcome
 from ..exceptions import JobTimeout, ProcessDied
-from ..outcomes import OutcomeKind
 from ..registry import find_task
 from . import wire
-from .execution import _not_run
 
 if TYPE_CHECKING:
-    from .lease import RunningJob
+    from ..attempt.lease import RunningJob
     from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -295,7 +294,7 @@ class ProcessSlot:
                     self.worker._on_progress(context)
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
-                raise _Ended(self._released(job))
+                raise _Ended(ending.released(job))
             if context.lease_lost and not (
                 # An atomic task's child records its success itself: the heartbeat may see
                 # that commit before the child's outcome arrives. Nothing to stop then.
@@ -326,7 +325,7 @@ class ProcessSlot:
             # Stopped with the worker (a service manager signals the whole group): the job
             # goes back to ready uncharged, as the shutdown gives back every unfinished job.
             logger.info("job %s: its process %s stopped with the worker", job.id, child.pid)
-            return self._released(job)
+            return ending.released(job)
         died = ProcessDied(
             f"the process running {job.task_name} (pid {child.pid}) {how} before the job "
             f"ended (a crash in C code, the kernel's OOM killer, os._exit or a kill from "
@@ -335,14 +334,7 @@ class ProcessSlot:
         return self._failed(job, died)
 
     def _failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
-        return _not_run(job, find_task(job.task_name), exc)
-
-    @staticmethod
-    def _released(job: ClaimedJob) -> Outcome:
-        return Outcome(
-            job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RELEASE,
-            max_attempts=job.max_attempts, task_name=job.task_name, queue=job.queue,
-        )  # fmt: skip
+        return ending.not_run(job, find_task(job.task_name), exc)
 
     def _replace_if_spent(self) -> None:
         child, limits = self.child, self.limits

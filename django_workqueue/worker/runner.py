@@ -38,25 +38,25 @@ from collections.abc import Mapping, Sequence
 from django.db import connections
 
 from .. import signalling, signals, wakeup
-from ..conf import workqueue_settings as conf
-from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, Outcome, driver_for
-from ..flow.backpressure import Backpressure
-from ..maintenance.maintainer import RELEASED, Maintainer
-from ..registry import find_task
-from . import shutdown
-from .asyncloop import AsyncLoop
-from .batch import Batch, Batches
-from .claiming import Claimer
-from .completer import Completer
-from .connections import (
+from ..attempt.asyncloop import AsyncLoop
+from ..attempt.connections import (
     close_unusable_connections,
     is_connection_error,
     serving,
     tidy_connections,
 )
-from .execution import load_middlewares, run
-from .lease import LeaseKeeper, RunningJob
+from ..attempt.lease import LeaseKeeper, RunningJob
+from ..attempt.run import load_middlewares, run
+from ..conf import workqueue_settings as conf
+from ..context import AbortReason, JobContext
+from ..db import ClaimedJob, Outcome, driver_for
+from ..flow.backpressure import Backpressure
+from ..flow.claimer import Claimer
+from ..maintenance.maintainer import RELEASED, Maintainer
+from ..registry import find_task
+from . import shutdown
+from .batch import Batch, Batches
+from .completer import Completer
 from .processes import ChildLimits, ProcessPool
 from .registration import Registration
 from .slots import SlotPool, scale
@@ -450,7 +450,7 @@ class Worker:
             self.wake.set()
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs of ``queues`` for this worker (``worker/claiming.py``)."""
+        """Claim up to ``limit`` jobs of ``queues`` for this worker (``flow/claimer.py``)."""
         return self.claimer.claim(queues, limit)
 
     def _check_timeouts(self, running: dict[int, RunningJob], now: float) -> None:

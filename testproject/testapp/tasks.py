@@ -480,3 +480,35 @@ def api_add(a: int, b: int = 0) -> int:
 def api_report(context, customer_id, *, period="month"):
     """Open to the HTTP API; takes the context, which the API's callers never pass."""
     return {"customer_id": customer_id, "period": period}
+
+
+# A body that raises a BaseException that is not an Exception: the body's failure, like any
+# other (tests/integration/test_body_base_exceptions.py, tests/acceptance/test_body_exits.py).
+BODY_EXITS = {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt,
+              "GeneratorExit": GeneratorExit}  # fmt: skip
+
+
+def _body_exit(kind):
+    return BODY_EXITS[kind](f"{kind} raised by the task's body")
+
+
+@task(max_attempts=1, backoff=0)
+def exits(kind="SystemExit"):
+    raise _body_exit(kind)
+
+
+@task(max_attempts=1, backoff=0)
+async def exits_async(kind="SystemExit"):
+    await asyncio.sleep(0)
+    raise _body_exit(kind)
+
+
+@task(batch_size=10, batch_wait=0, max_attempts=1, backoff=0)
+def batch_exits(items):
+    raise _body_exit(items[0])
+
+
+@task(batch_size=10, batch_wait=0, max_attempts=1, backoff=0)
+async def batch_exits_async(items):
+    await asyncio.sleep(0)
+    raise _body_exit(items[0])

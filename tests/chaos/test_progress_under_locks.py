@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import pytest
 from django.db import connection, connections, transaction
 
+from django_workqueue.attempt.lease import LOCKED_RETRY_SECONDS
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from django_workqueue.worker.lease import LOCKED_RETRY_SECONDS
 from testproject.testapp.tasks import chaos_atomic, chaos_progress, chaos_work
 
 from .harness import (

@@ -81,6 +81,8 @@ from hypothesis.stateful import (
 )
 
 from django_workqueue import Discard, JobContext, Retry, Snooze, task
+from django_workqueue.attempt.lease import LeaseKeeper, RunningJob
+from django_workqueue.attempt.run import run
 from django_workqueue.conf import workqueue_settings as conf
 from django_workqueue.context import AbortReason
 from django_workqueue.db import Driver, Outcome, OutcomeKind, Recorded, driver_for
@@ -90,8 +92,6 @@ from django_workqueue.operations import cancel_job, redrive, retry_job
 from django_workqueue.states import ACTIVE, TERMINAL, Status, can_transition
 from django_workqueue.worker import shutdown
 from django_workqueue.worker.completer import Completer
-from django_workqueue.worker.execution import run
-from django_workqueue.worker.lease import LeaseKeeper, RunningJob
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect
 

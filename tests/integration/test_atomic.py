@@ -12,11 +12,11 @@ import threading
 import pytest
 from django.db import connections
 
+from django_workqueue.attempt.run import run
 from django_workqueue.context import JobContext
 from django_workqueue.db import ClaimedJob, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
-from django_workqueue.worker.execution import run
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import add, atomic_effect
 from tests.support.database import fresh, row_snapshot

@@ -1,6 +1,7 @@
-"""Running one job (``worker/execution.py``): how each way a task ends becomes an outcome, and
-whatever fails outside the task's body still ends the attempt with a recorded failure that names
-it; every failed attempt is logged for log handlers. Run by in-process workers (``drain``)."""
+"""Running one job (``attempt/run.py``, ``attempt/ending.py``): how each way a task ends becomes
+an outcome, and whatever fails outside the task's body still ends the attempt with a recorded
+failure that names it; every failed attempt is logged for log handlers. Run by in-process workers
+(``drain``)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from django_workqueue import operations
+from django_workqueue.attempt.lease import LOCKED_RETRY_SECONDS, LeaseKeeper, RunningJob
 from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for
 from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from django_workqueue.states import Status
-from django_workqueue.worker.lease import LOCKED_RETRY_SECONDS, LeaseKeeper, RunningJob
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import add, sleep_for, wait_for_cancel
 from tests.support.database import db_now, expire_and_reap, fresh, ledger, listening, row_snapshot

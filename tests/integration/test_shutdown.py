@@ -125,10 +125,10 @@ def test_a_release_that_ends_a_cancel_requested_step_releases_its_workflow_and_s
     from django.utils import timezone
 
     from django_workqueue import chain, signals
+    from django_workqueue.attempt.lease import RunningJob
     from django_workqueue.context import JobContext
     from django_workqueue.models import Job
     from django_workqueue.worker import shutdown
-    from django_workqueue.worker.lease import RunningJob
     from testproject.testapp.tasks import add
 
     cancelled: list[int] = []

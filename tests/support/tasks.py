@@ -7,6 +7,7 @@ subprocesses cannot (they run the test app's tasks).
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -182,3 +183,9 @@ def retries_past_its_deadline(context: Any) -> None:
 
     expiring_attempts.setdefault(context.job_id, []).append(context.attempt)
     raise Retry(delay=7200)  # the retry is due after the deadline
+
+
+@task(max_attempts=3)
+def interrupted_by_ctrl_c() -> None:
+    """Its process receives a Ctrl-C while it runs (on the main thread: a test's ``drain``)."""
+    signal.raise_signal(signal.SIGINT)  # the KeyboardInterrupt is raised right after this

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from django_workqueue import AbortReason, Discard, JobContext, Retry, Task
+from django_workqueue.attempt.batch import Batch, run_batch
+from django_workqueue.attempt.lease import RunningJob
 from django_workqueue.db import ClaimedJob
 from django_workqueue.outcomes import OutcomeKind
 from django_workqueue.states import Status
-from django_workqueue.worker.batch import Batch, run_batch
-from django_workqueue.worker.lease import RunningJob
 from testproject.testapp.tasks import batch_fails
 
 
@@ -124,7 +124,7 @@ def test_a_row_that_is_not_one_item_is_discarded_and_left_out_of_the_call():
 
 
 def test_a_sync_call_that_overran_its_timeout_fails_every_item_as_a_timeout(monkeypatch):
-    from django_workqueue.worker import batch as module
+    from django_workqueue.attempt import batch as module
 
     class Clock:  # the call starts at 100 s and returns at 100.5 s
         readings = [100.0, 100.5]

@@ -15,6 +15,7 @@ IMPORTERS = {"import_string", "import_module", "__import__"}
 # (registry.find_task).
 SETTINGS_READERS = {
     "discovery.py": "the installed apps' tasks modules, WORKQUEUE['TASK_MODULES'], ROOT_URLCONF",
+    "apps.py": "the eager runner (django_workqueue.testing.runner) when WORKQUEUE['EAGER'] is on",
     "backend.py": "functions named in TASKS[...]['OPTIONS'] (or @task arguments in code)",
     "checks.py": "WORKQUEUE['BACKPRESSURE'] and WORKQUEUE['MIDDLEWARE'], to check them",
     "middleware.py": "WORKQUEUE['MIDDLEWARE']",
@@ -47,7 +48,7 @@ def test_the_scan_finds_each_way_to_import_by_name() -> None:
 
 def test_only_the_settings_readers_import_by_name() -> None:
     modules = sorted(PACKAGE.rglob("*.py"))
-    assert {"registry.py", "django_tasks.py", "execution.py"} <= {m.name for m in modules}
+    assert {"registry.py", "django_tasks.py", "run.py"} <= {m.name for m in modules}
     importing = {
         module.relative_to(PACKAGE).as_posix()
         for module in modules

@@ -16,12 +16,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from ...attempt.connections import is_transient
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
 from ...discovery import import_urlconf
 from ...models import Job
 from ...registry import import_errors, registered_tasks
-from ...worker.connections import is_transient
 from ...worker.logs import configure_logging
 from ...worker.processes import ChildLimits, require_settings_module
 from ...worker.runner import Worker

@@ -1,9 +1,16 @@
-"""The worker's event loop: async tasks run on one loop, on its own thread, one per slot."""
+"""The event loop async bodies run on: one loop, on its own thread, one body per slot.
+
+asyncio lets a ``SystemExit`` or ``KeyboardInterrupt`` that a coroutine raises out of the
+loop, which would end the loop's thread and leave every body running on it waiting forever.
+Here the thread runs the loop again: the coroutine's future already holds the exception, so
+the body's caller gets it as the body's ending (``ending.py``), and the other bodies go on.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any
@@ -11,16 +18,26 @@ from typing import Any
 from ..context import JobContext
 from ..exceptions import JobCancelled, JobTimeout
 
+logger = logging.getLogger("django_workqueue.worker")
+
 
 class AsyncLoop:
-    """The worker's event loop, on its own thread; async tasks run on it one per slot."""
+    """The event loop async bodies run on, on its own thread."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="workqueue-asyncio", daemon=True
-        )
+        self.thread = threading.Thread(target=self._serve, name="workqueue-asyncio", daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                self.loop.run_forever()
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # A body's (see the module): its future holds it; the loop goes on.
+                logger.debug("an async body raised %s; the event loop goes on", type(exc).__name__)
+            else:
+                return  # close() stopped it
 
     def run(
         self, coro: Coroutine[Any, Any, Any], context: JobContext, timeout: float | None

@@ -1,13 +1,18 @@
-"""Running one job: a linear pipeline — resolve the task, the attempt middlewares
-(``middleware.py``), call it, classify the outcome.
+"""How an attempt ends: what a body's return or exception becomes as an ``Outcome``.
 
-The slot hands the outcome to the completer, which writes it in a batch. ``atomic=True`` tasks
-are the exception: the body and the fenced write of its success share one transaction, so the
-body's writes commit if and only if this worker, still the lease owner, records the success.
+The attempt runner (``run.py``, ``batch.py``) hands every ending here; ``outcomes.py`` then
+decides what the outcome writes (status, charged attempt, retry time). The rule for what a
+body raises, wherever it runs (a slot thread, the event loop, a batch, a process pool's child,
+skip-queue, ``drain``): every exception is the body's failure, ``BaseException`` included —
+a ``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit`` the task raises fails its attempt
+with its class in ``errors`` and is retried under the task's policy; the process running it
+goes on. Only the runner's own machinery ends an attempt otherwise: a cancellation, a timeout
+or a shutdown that the context asked for (``JobCancelled``, ``asyncio.CancelledError``), and a
+Ctrl-C of the process itself (``run.interrupts``), which is not the body's and propagates.
 
 Whatever goes wrong outside the task's body (a ``backoff`` or ``on_failure`` that raises, an
 exception whose ``str()`` raises) still ends the attempt with a recorded failure that says what
-went wrong: a slot never drops an outcome.
+went wrong: a runner never drops an outcome.
 """
 
 from __future__ import annotations
@@ -15,15 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
-from .. import middleware, payload, retry, signalling, signals
+from .. import payload, retry
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, Driver
+from ..db import ClaimedJob
 from ..exceptions import (
     DeadlineExceeded,
     Discard,
@@ -40,117 +42,40 @@ from ..exceptions import (
 )
 from ..outcomes import Outcome, OutcomeKind
 from ..payload import storable_text
-from ..registry import find_task, import_errors
+from ..registry import import_errors
 from ..states import Status
-from ..workflow import release
-from ..workflow.store import first_argument
-from .asyncloop import AsyncLoop
 
 if TYPE_CHECKING:
     from ..decorator import Task
-
 
 logger = logging.getLogger("django_workqueue.worker")
 
 _TRACEBACK_LIMIT = 20_000
 
 
-class _LostLease(Exception):
-    pass
-
-
-def run(
-    job: ClaimedJob, context: JobContext, driver: Driver, loop: AsyncLoop | None
-) -> tuple[Outcome | None, bool]:
-    """Run ``job``; return (outcome, whether it still has to be written).
-
-    ``atomic=True`` tasks record their success inside their own transaction, so theirs comes
-    back already written (or None when the lease was lost and the body rolled back); the
-    worker batches every other outcome into one write with those of other jobs.
-    """
-    if signals.job_started.receivers:
-        signalling.started(job.id, job.task_name, job.queue, job.attempt, context.owner)
-    task = find_task(job.task_name)
-    if task is None:  # retried: a worker running newer code may know it
-        return _not_run(job, None, _not_registered(job.task_name)), True
-    if job.deadline_passed and job.deadline is not None:
-        late = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
-        return _not_run(job, task, late, OutcomeKind.DISCARD), True
-    malformed = _malformed_arguments(job)
-    if malformed is not None:  # the row does not change between attempts: no retry helps
-        return _not_run(job, task, MalformedArguments(malformed), OutcomeKind.DISCARD), True
-
-    try:
-        args = list(job.args)
-        if job.input_shape is not None:  # a workflow step: the previous step's value first
-            args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
-        if task.spec.takes_context:
-            args.insert(0, context)
-            if task.spec.is_async and job.workflow_id is not None:
-                _ = context.dependencies  # read now: the event loop must not query the database
-        if task.spec.atomic:
-            return _run_atomic(task, job, context, driver, args), False
-        value = _attempt(task, job, context, args, loop)
-        outcome = _success(job, value)
-        outcome.spawn = context.spawn
-    except _LostLease:
-        logger.warning(
-            "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
-        )
-        return None, False
-    except BaseException as exc:  # a task's failure must never end the slot
-        outcome = _classified(task, job, context, exc)
-    return outcome, True
-
-
-# The body of each attempt running through the middlewares, by its context's id: the chain is
-# built once, and a middleware may call on in another thread than the slot's.
-_bodies: dict[int, Callable[[], Any]] = {}
-
-
-def _call_body(context: JobContext) -> Any:
-    """The innermost call of the middleware chain: the attempt's body."""
-    return _bodies[id(context)]()
-
-
-def load_middlewares() -> None:
-    """Build the attempt middlewares now (at worker start): a setting that names something
-    that cannot be imported fails the start, not the first job."""
-    middleware.chain(_call_body)
-
-
-def _attempt(
-    task: Task, job: ClaimedJob, context: JobContext, args: list[Any], loop: AsyncLoop | None
-) -> Any:
-    """Call the task's body through the attempt middlewares (``WORKQUEUE["MIDDLEWARE"]``)."""
-    spec = task.spec
-    body: Callable[[], Any]
-    if spec.is_async:
-        if loop is None:
-            raise RuntimeError("no event loop for async tasks")  # runner always passes one
-        body = lambda: loop.run(spec.func(*args, **job.kwargs), context, spec.timeout)  # noqa: E731
-    else:
-        body = lambda: spec.func(*args, **job.kwargs)  # noqa: E731
-    chain = middleware.chain(_call_body)
-    if chain is None:
-        return body()
-    _bodies[id(context)] = body
-    try:
-        return chain(context)
-    finally:
-        del _bodies[id(context)]
-
-
-def _not_run(
+def not_run(
     job: ClaimedJob, task: Task | None, exc: BaseException, kind: OutcomeKind = OutcomeKind.RETRY
 ) -> Outcome:
     """The outcome of an attempt that could not call the task, logged like a failure."""
     outcome = _ended(job, task, exc, kind)
-    _log_failure(job, outcome, exc)
+    log_failure(job, outcome, exc)
     return outcome
 
 
-def _not_registered(task_name: str) -> TaskNotRegistered:
+def refused(job: ClaimedJob, task: Task | None) -> Outcome | None:
+    """The ending of an attempt that cannot call its task, if it cannot: its deadline passed,
+    or its row's arguments cannot make a call (the row does not change between attempts: no
+    retry helps either)."""
+    if job.deadline_passed and job.deadline is not None:
+        late = DeadlineExceeded(f"the deadline {job.deadline.isoformat()} passed before it ran")
+        return not_run(job, task, late, OutcomeKind.DISCARD)
+    malformed = malformed_arguments(job)
+    if malformed is not None:
+        return not_run(job, task, MalformedArguments(malformed), OutcomeKind.DISCARD)
+    return None
+
+
+def not_registered(task_name: str) -> TaskNotRegistered:
     """Why this worker cannot run a job of ``task_name``, and what to do about it."""
     message = (
         f"no task is registered as {task_name!r} in this worker. If the task still exists, "
@@ -164,7 +89,7 @@ def _not_registered(task_name: str) -> TaskNotRegistered:
     return TaskNotRegistered(message)
 
 
-def _malformed_arguments(job: ClaimedJob) -> str | None:
+def malformed_arguments(job: ClaimedJob) -> str | None:
     """Why the row's args and kwargs cannot make a call, if they cannot (a row written by
     something other than enqueue: raw SQL, another system, a hand edit)."""
     try:
@@ -193,23 +118,7 @@ def _json_kind(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def _run_atomic(
-    task: Task, job: ClaimedJob, context: JobContext, driver: Driver, args: list[Any]
-) -> Outcome:
-    with transaction.atomic(using=driver.alias):
-        value = _attempt(task, job, context, args, None)
-        outcome = _success(job, value)
-        outcome.progress = context.progress  # the last report commits with the result
-        outcome.spawn = context.spawn
-        context.finished = True
-        # The success, the steps the body added and the release of the job's dependents
-        # commit with the body's writes, or none of them does.
-        if (job.id, job.attempt) not in release.record(driver, context.owner, [outcome]).written:
-            raise _LostLease
-    return outcome
-
-
-def _success(job: ClaimedJob, value: Any) -> Outcome:
+def success(job: ClaimedJob, value: Any) -> Outcome:
     try:
         encoded = payload.encode(value, "result", f"{job.task_name} returned a value that")
         payload.check_size(
@@ -221,7 +130,7 @@ def _success(job: ClaimedJob, value: Any) -> Outcome:
     return _outcome(job, OutcomeKind.SUCCEEDED, result_json=encoded)
 
 
-def _classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
+def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
     """The outcome of a body that raised ``exc``, logged. Code of the task's that runs here
     (``backoff``, ``on_failure``, the exception's ``str()``) cannot drop the outcome: if it
     raises, the attempt ends as a failure that names it, retried with the default backoff."""
@@ -235,7 +144,7 @@ def _classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcep
         )
         why.__cause__ = problem
         outcome = _ended(job, None, why)
-    _log_failure(job, outcome, exc)
+    log_failure(job, outcome, exc)
     return outcome
 
 
@@ -257,7 +166,7 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
     ):
         # It stopped because the worker is shutting down: given back, uncharged, in its place
         # (the shutdown has usually released it already; see worker/shutdown.py).
-        return _outcome(job, OutcomeKind.RELEASE)
+        return released(job)
     if task.spec.on_failure is not None:
         try:
             verdict = task.spec.on_failure(exc)
@@ -286,6 +195,12 @@ def _ended(
     if kind == OutcomeKind.RETRY:
         delay = retry.delay_for(task.spec.backoff if task else None, job.attempt)
     return _outcome(job, kind, error=_error(exc), delay=delay)
+
+
+def released(job: ClaimedJob) -> Outcome:
+    """The attempt is given back, uncharged, in its place: it stopped for a reason that is
+    not its body's (a shutdown, its process stopped with the worker, a Ctrl-C)."""
+    return _outcome(job, OutcomeKind.RELEASE)
 
 
 def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
@@ -322,7 +237,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_safe_str(exc)}"
 
 
-def _log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
+def log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
     """One log line per failed attempt on the worker's logger, so that log handlers and error
     trackers see failures: WARNING when it will run again, ERROR when it ends ``failed``."""
     status = outcome.status
