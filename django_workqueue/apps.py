@@ -42,10 +42,11 @@ def load_eager_runner() -> None:
         importlib.import_module(EAGER_RUNNER)
 
 
-def _eager_setting_changed(setting: str, **kwargs: Any) -> None:
-    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on."""
-    if setting == "WORKQUEUE":
-        load_eager_runner()
+def _eager_setting_changed(setting: str, value: Any = None, **kwargs: Any) -> None:
+    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on.
+    The new value is read as given: a malformed one is the system checks' to report."""
+    if setting == "WORKQUEUE" and isinstance(value, dict) and value.get("EAGER") is True:
+        importlib.import_module(EAGER_RUNNER)
 
 
 def connect_realtime() -> None:
