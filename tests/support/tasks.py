@@ -182,3 +182,8 @@ def retries_past_its_deadline(context: Any) -> None:
 
     expiring_attempts.setdefault(context.job_id, []).append(context.attempt)
     raise Retry(delay=7200)  # the retry is due after the deadline
+
+
+@task(api=True, unique_on=("email",))
+def welcome_mail(email: str, plan: str = "free") -> None:
+    """One welcome mail per address, open to the HTTP API (tests of the API's key namespace)."""
