@@ -29,13 +29,11 @@ import json
 import logging
 import time
 from collections.abc import Hashable
-from importlib import import_module
 from typing import Any, ClassVar
 
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
@@ -255,7 +253,9 @@ async def _current_user(scope: dict[str, Any]) -> Any:
         key = session.session_key
         if not key:
             return AnonymousUser()
-        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+        # A store of the session's own class (``__class__`` sees through Channels' lazy
+        # wrapper), which reads the session again instead of what it cached at connect.
+        store = session.__class__(session_key=key)
         return await get_user({**scope, "session": store})
     user = scope.get("user")
     if user is None or not user.is_authenticated:
