@@ -25,11 +25,23 @@ MAX_TARGET_CHARS = 4096
 
 
 def record(
-    actor: Any, action: str, target: Any, changed: int, source: str, *, alias: str | None = None
+    actor: Any,
+    action: str,
+    target: Any,
+    changed: int,
+    source: str,
+    *,
+    alias: str | None = None,
+    via: str | None = None,
 ) -> AuditRecord:
     """Write one audit row. ``actor`` is a user (its pk and username are kept), a string
-    (``"cli:alice"``) or None (``"system"``); ``target`` the ids or the filter acted on."""
+    (``"cli:alice"``) or None (``"system"``); ``target`` the ids or the filter acted on.
+    ``via`` names who acted for the user, kept with its name: ``"alice (cli:root)"`` is the
+    OS user root running ``manage.py workqueue --user alice``."""
     user_pk, name = _who(actor)
+    if via is not None:
+        suffix = f" ({via})"[:150]
+        name = name[: 150 - len(suffix)] + suffix
     if source not in AuditSource.values:
         raise ValueError(f"unknown audit source {source!r}; one of: {', '.join(AuditSource)}")
     return AuditRecord.objects.using(alias or conf.DATABASE).create(

@@ -45,7 +45,11 @@ if TYPE_CHECKING:
     from .decorator import Task
 
 
-def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Job:
+def enqueue_one(
+    task: Task, args: Sequence[Any], kwargs: Mapping[str, Any], *, namespace: str | None = None
+) -> Job:
+    """One job. ``namespace`` (``"api"`` for the HTTP API) keeps the job's unique key apart
+    from the application's own keys (``namespaced_key``)."""
     template = job_template(task)
     call = encode_call(args, kwargs, task.name)
     task.spec.check_arguments(call.args, call.kwargs)
@@ -54,6 +58,10 @@ def enqueue_one(task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> J
         flow = flow_key(task.spec, call.args, call.kwargs, task.name)
         template = dataclasses.replace(template, flow_keys=(flow,))
     key = template.unique_key or derived_key(task, template, call, task.name)
+    if namespace is not None and key is not None:
+        key = namespaced_key(namespace, key)
+        if template.unique_key is not None:
+            template = dataclasses.replace(template, unique_key=key)
     return _enqueue(template, [call], None if key is None else [key])[0]
 
 
@@ -341,6 +349,22 @@ def derived_key(task: Task, template: NewJob, call: Call, owner: str) -> str | N
     if len(key) > _MAX_KEY:  # same values, same digest: still one key per call's values
         key = f"{_DERIVED}{kind}#{hashlib.sha256(text.encode()).hexdigest()}"
     return key
+
+
+def namespaced_key(namespace: str, key: str) -> str:
+    """``key`` (given, or derived from the arguments) in a namespace of its own:
+    ``@args:<namespace>:`` and the key, which no key of the application's can be (its own keys
+    may not begin with ``@``, and ``@args:`` is followed by ``{`` in the keys ``unique_on``
+    derives). Beginning with ``@args:``, it is hidden as a derived key is from users without
+    ``view_job_payload`` (``disclosure.py``); a digest when longer than a key may be.
+
+    >>> namespaced_key("api", "order-42")
+    '@args:api:order-42'
+    """
+    spaced = f"{_DERIVED}args:{namespace}:{key}"
+    if len(spaced) > _MAX_KEY:
+        spaced = f"{_DERIVED}args#{hashlib.sha256(spaced.encode()).hexdigest()}"
+    return spaced
 
 
 def _arguments(calls: list[Call] | Batch) -> list[tuple[list[Any], dict[str, Any]]]:

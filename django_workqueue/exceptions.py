@@ -154,3 +154,8 @@ class UnknownWorker(WorkqueueError, LookupError):
 
 class InvalidSlots(WorkqueueError, ValueError):
     """A number of slots a worker cannot take (``operations.scale_worker``)."""
+
+
+class InvalidFilterValue(WorkqueueError, ValueError):
+    """A filter or selection value no query can take: an id out of range, a text the database
+    cannot compare (``filter_values.py``); surfaces answer it as a bad request."""

@@ -19,16 +19,14 @@ if settings.DEBUG:  # serve the admin's and the demo's static files, as runserve
 if settings.HAS_REALTIME:
     from channels.auth import AuthMiddlewareStack
     from channels.routing import ProtocolTypeRouter, URLRouter
-    from channels.security.websocket import AllowedHostsOriginValidator
 
+    from django_workqueue.realtime.origins import SameOriginValidator
     from django_workqueue.realtime.routing import websocket_urlpatterns
 
     application = ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-            ),
+            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )
 else:

@@ -11,11 +11,12 @@ from django.http import HttpRequest
 
 from ..conf import workqueue_settings as conf
 from ..models import AuditRecord
+from .filters import CheckedQueryValues
 from .pagination import EstimatedCountPaginator
 
 
 @admin.register(AuditRecord)
-class AuditRecordAdmin(admin.ModelAdmin):
+class AuditRecordAdmin(CheckedQueryValues, admin.ModelAdmin):
     list_display = ["created_at", "actor", "action", "source", "changed"]
     list_filter = ["source"]  # from its choices: no DISTINCT over the trail
     search_fields = ["actor", "action"]

@@ -1,19 +1,27 @@
 """The job list's filters. Each offers fixed choices (statuses, the configured queues, the
 registered tasks, a few time ranges), never the distinct values of a column: a ``SELECT
-DISTINCT`` over a million jobs would read them all to draw the sidebar."""
+DISTINCT`` over a million jobs would read them all to draw the sidebar.
+
+Every list of the app checks its query string first (``CheckedQueryValues``): a value no query
+can take (a NUL, an id beyond 64 bits) is an invalid lookup, as Django's admin treats one."""
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from ..conf import workqueue_settings as conf
 from ..disclosure import error_type_filter
+from ..exceptions import InvalidFilterValue
+from ..filter_values import object_id, query_value
 from ..registry import registered_tasks
 from ..states import Status
 
@@ -55,7 +63,10 @@ class WorkflowFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        return queryset.filter(workflow_id=int(value)) if value.isdigit() else queryset.none()
+        try:
+            return queryset.filter(workflow_id=object_id(value, "workflow"))
+        except InvalidFilterValue as exc:
+            raise IncorrectLookupParameters(str(exc)) from None
 
 
 FILTER_SAMPLE = 100
@@ -105,3 +116,33 @@ class EnqueuedFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         age = _RANGES.get(self.value() or "")
         return queryset.filter(enqueued_at__gte=timezone.now() - age) if age else queryset
+
+
+class CheckedValues:
+    """A change list's mix-in that checks every value of its query string (filters and
+    search) with ``filter_values.query_value`` before building its query. A bad one raises
+    ``IncorrectLookupParameters``, Django's answer to an invalid lookup: the admin redirects
+    to the list without filters (``?e=1``)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        for name, values in request.GET.lists():
+            for value in values:
+                try:
+                    query_value(value, name)
+                except InvalidFilterValue as exc:
+                    raise IncorrectLookupParameters(str(exc)) from None
+        return super().get_queryset(request, exclude_parameters)  # type: ignore[misc]
+
+
+@functools.cache
+def checked(changelist: type[ChangeList]) -> type[ChangeList]:
+    """``changelist`` with ``CheckedValues``: whichever list class a model admin chose."""
+    return type(f"Checked{changelist.__name__}", (CheckedValues, changelist), {})
+
+
+class CheckedQueryValues:
+    """The mix-in of the app's model admins: their lists check their query strings
+    (``CheckedValues``)."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return checked(super().get_changelist(request, **kwargs))  # type: ignore[misc]

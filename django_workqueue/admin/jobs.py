@@ -28,7 +28,14 @@ from ..models import Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
 from ..states import Status
 from .disclosed import Disclosed
-from .filters import EnqueuedFilter, ErrorTypeFilter, QueueFilter, TaskFilter, WorkflowFilter
+from .filters import (
+    CheckedQueryValues,
+    EnqueuedFilter,
+    ErrorTypeFilter,
+    QueueFilter,
+    TaskFilter,
+    WorkflowFilter,
+)
 from .job_actions import ACTIONS, BUTTONS
 from .pagination import EstimatedCountPaginator
 
@@ -64,7 +71,7 @@ class PermissionChecks:
         return permissions.allowed(request.user, "enqueue")
 
 
-class ReadOnly(Disclosed):
+class ReadOnly(CheckedQueryValues, Disclosed):
     """Rows written by the engine only, read from the jobs database (``WORKQUEUE["DATABASE"]``)
     and seen by whoever may see jobs (``view_job``): the one permission model, rather than a
     view permission per table; what of them is shown, filtered and ordered on follows

@@ -18,6 +18,7 @@ from ..exceptions import WorkqueueError
 from ..models import Schedule
 from ..schedules import cron_problem, timezone_problem
 from .disclosed import Disclosed
+from .filters import CheckedQueryValues
 
 
 class ScheduleForm(forms.ModelForm):
@@ -76,7 +77,7 @@ def run_schedules_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet[
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(Disclosed, admin.ModelAdmin):
+class ScheduleAdmin(CheckedQueryValues, Disclosed, admin.ModelAdmin):
     list_display = ["name", "task_name", "cron", "timezone", "queue", "enabled", "next_run_at",
                     "last_run_at", "source"]  # fmt: skip
     list_filter = ["enabled", "source"]

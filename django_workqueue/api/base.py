@@ -26,7 +26,15 @@ from rest_framework.views import exception_handler
 
 from .. import audit
 from ..conf import workqueue_settings as conf
-from ..exceptions import EnqueueError, InvalidSlots, UnknownQueue, UnknownSchedule, UnknownWorker
+from ..exceptions import (
+    EnqueueError,
+    InvalidFilterValue,
+    InvalidSlots,
+    UnknownQueue,
+    UnknownSchedule,
+    UnknownWorker,
+)
+from ..filter_values import object_id as checked_id
 from ..models import AuditSource
 from ..operations import OperationResult
 from .permissions import HasWorkqueuePermission
@@ -34,8 +42,6 @@ from .permissions import HasWorkqueuePermission
 BODY_SLACK_BYTES = 64 * 1024
 """A request body may exceed ``WORKQUEUE["MAX_PAYLOAD_BYTES"]`` by this much (the options and
 the JSON around the arguments); a larger one is refused before it is parsed."""
-
-MAX_ID = 2**63 - 1
 
 
 class RequestTooLarge(exceptions.APIException):
@@ -64,7 +70,7 @@ class BoundedJSONParser(JSONParser):
 def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, models.ObjectDoesNotExist | UnknownQueue | UnknownSchedule | UnknownWorker):
         exc = exceptions.NotFound(str(exc))
-    elif isinstance(exc, EnqueueError | InvalidSlots):
+    elif isinstance(exc, EnqueueError | InvalidSlots | InvalidFilterValue):
         exc = exceptions.ValidationError({"detail": str(exc)})
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
@@ -104,10 +110,10 @@ def documented(**options: Any) -> Any:
 
 def object_id(value: Any, what: str) -> int:
     """A path's id as a positive 64-bit integer, or 404 (an id that is not one names nothing)."""
-    text = str(value)
-    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_ID:
-        raise exceptions.NotFound(f"there is no {what} {text[:40]!r}")
-    return int(text)
+    try:
+        return checked_id(str(value), what)
+    except InvalidFilterValue:
+        raise exceptions.NotFound(f"there is no {what} {str(value)[:40]!r}") from None
 
 
 def audited(request: Request, action: str, target: Any, result: OperationResult) -> Response:

@@ -40,6 +40,9 @@ The paths below assume that prefix. Every route:
 
 Unknown ids, queues and schedules answer 404; a bad filter or body answers 400 with the
 problem, keyed by the parameter or field (`{"status": "'dead' is not a job status; …"}`).
+Every id is a whole number from 1 to 2**63 - 1 and every name in a filter 1 to 255 characters
+without a NUL character, on SQLite and PostgreSQL alike (`django_workqueue.filter_values`,
+the rule of the admin and `manage.py workqueue` too): `{"workflow": 10**30}` is a 400.
 What a job, a workflow or a schedule shows depends on the user: arguments and results (a
 job's, a workflow's, a schedule's arguments) and derived unique keys need `view_job_payload`,
 tracebacks `view_job_traceback`, and error and progress messages are redacted without the
@@ -50,6 +53,19 @@ pagination; `limit` sets the page size, at most 500).
 Only tasks registered with `@task(api=True)` can be enqueued through `POST jobs/`, and the
 arguments are checked against the task function's parameters. The schema itself is served at
 `schema/` (JSON, or YAML with `?format=yaml`) to users with `view_job`.
+
+**Unique keys of API jobs live in a namespace of their own.** The key of a job enqueued
+through the API — the `unique_key` of the body, or the key `@task(unique_on=...)` derives from
+its arguments — is stored as `@args:api:` followed by the key the application would use
+(`@args:api:order-42`, `@args:api:@args:{"email":"a@example.com"}`; a digest, `@args#…`, when
+longer than 255 characters). The application's own keys never begin so, so an API caller can
+neither take a key first (and have the application's later enqueue silently return the
+caller's job and arguments) nor reach the application's jobs through one. API callers share
+the namespace with each other: a key that an earlier API enqueue holds gives its job back
+(200, `duplicate: true`). That answer shows the job as the caller may see it: the full job
+(arguments, result and key as `view_job_payload` allows) with `view_job`, and without
+`view_job` only `{"id": …, "duplicate": true}`. Like the keys `unique_on` derives, an API
+key reads `@args:(hidden)` to users without `view_job_payload`.
 """
 
 HEADER = (

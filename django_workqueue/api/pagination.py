@@ -12,7 +12,7 @@ from typing import Any
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 
-from .base import MAX_ID
+from ..filter_values import MAX_ID
 
 
 class NewestFirst(CursorPagination):

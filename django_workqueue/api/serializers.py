@@ -12,10 +12,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..disclosure import Clearance
+from ..filter_values import MAX_ID
 from ..models import Job, Schedule, Workflow
 from ..registry import MAX_ATTEMPTS
 from ..states import CatchUp, Status, WorkflowStatus
-from .base import MAX_ID
 from .filters import MAX_IDS, MAX_VALUES
 
 MAX_DELAY = 366 * 24 * 3600

@@ -2,10 +2,12 @@
 
 With ``--user NAME`` the command acts for that Django user: each subcommand needs the same
 permission as in the admin and the API (``permissions.py``), ``show`` discloses what the user
-may see (``disclosure.py``), and the audit trail names the user. Without it the command acts
-with the authority of whoever can run ``manage.py`` (a shell on a host with the project's
-settings can reach the database anyway) and the audit names the OS user (``cli:<name>``);
-``WORKQUEUE["CLI_REQUIRE_USER"] = True`` makes ``--user`` mandatory.
+may see (``disclosure.py``), and the audit trail names the user and the OS user who ran the
+command (``alice (cli:root)``). ``--user`` is not a login: no password is asked, since whoever
+runs ``manage.py`` holds the project's settings and could reach the database anyway; it
+limits a careful operator to a user's permissions and says in the trail who acted for whom.
+Without it the command acts with the shell's authority and the audit names the OS user
+(``cli:<name>``); ``WORKQUEUE["CLI_REQUIRE_USER"] = True`` makes ``--user`` mandatory.
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ class Authority:
 
     @property
     def actor(self) -> Any:
-        """Who the audit trail names."""
+        """Who the audit trail names (with ``via``)."""
         return self.user if self.user is not None else audit.cli_actor()
+
+    @property
+    def via(self) -> str | None:
+        """Who acted for the user: the OS user, when ``--user`` names a Django user."""
+        return audit.cli_actor() if self.user is not None else None
 
     def require(self, subcommand: str, *, tracebacks: bool = False) -> None:
         if self.user is None:

@@ -21,6 +21,8 @@ from django.db.models import QuerySet
 from django.db.models.functions import Coalesce, Now
 
 from ..disclosure import Clearance, error_type_filter
+from ..exceptions import InvalidFilterValue
+from ..filter_values import filter_text, object_id
 from ..models import Job
 from ..states import Status
 
@@ -49,9 +51,18 @@ def status(value: str) -> str:
 
 
 def job_id(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a positive whole number)")
-    return int(value)
+    try:
+        return object_id(value, "job")
+    except InvalidFilterValue as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def name(value: str) -> str:
+    """A queue's or a task's name, as a filter takes it."""
+    try:
+        return filter_text(value, "name")
+    except InvalidFilterValue as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,10 +113,11 @@ class Filters:
 def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     """The filter options, shared by the subcommands that select jobs."""
     parser.add_argument(
-        "--queue", action="append", default=[], metavar="NAME", help="Jobs of this queue (repeat)."
-    )
+        "--queue", action="append", default=[], type=name, metavar="NAME",
+        help="Jobs of this queue (repeat).",
+    )  # fmt: skip
     parser.add_argument(
-        "--task", action="append", default=[], metavar="NAME",
+        "--task", action="append", default=[], type=name, metavar="NAME",
         help="Jobs of this task, by its registered name (repeat).",
     )  # fmt: skip
     parser.add_argument(
@@ -113,7 +125,7 @@ def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Jobs in this status (repeat): {', '.join(Status.values)}.",
     )  # fmt: skip
     parser.add_argument(
-        "--error-type", action="append", default=[], metavar="TYPE", dest="error_type",
+        "--error-type", action="append", default=[], type=name, metavar="TYPE", dest="error_type",
         help="Jobs with an error of this type, its full name: builtins.ValueError (repeat).",
     )  # fmt: skip
     parser.add_argument(

@@ -4,13 +4,17 @@ Every connection is accepted and then, if refused, closed with a code that says 
 before accepting would reach the browser as a bare handshake failure):
 
 ======  ======================================================================
-4401    not logged in
-4403    no ``django_workqueue.view_job`` permission
+4401    not logged in (or, later, logged out)
+4403    no ``django_workqueue.view_job`` permission (or, later, no longer)
 4404    no such job, workflow or queue
 4413    a client message over ``max_message_bytes`` (4 KiB)
 4429    more than ``max_messages_per_second`` client messages in a second
 4503    live progress is off (``WORKQUEUE["REALTIME"] = None``)
+1011    the check of an open socket's access failed (the database is away): reconnect
 ======  ======================================================================
+
+Who may follow is checked when the socket opens and again every ``access_check_seconds``: a user
+who logs out or loses ``view_job`` stops receiving within that bound.
 
 Clients need not send anything; ``{"type": "ping"}`` is answered ``{"type": "pong"}``.
 Outgoing messages go through an ``Outbox``: while the client is slow to take them, newer
@@ -22,12 +26,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import time
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.models import AnonymousUser
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 
@@ -45,6 +52,9 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_LARGE = 4413
 CLOSE_FLOODING = 4429
 CLOSE_DISABLED = 4503
+CLOSE_INTERNAL_ERROR = 1011
+
+logger = logging.getLogger(__name__)
 
 QUEUE_JOB_FIELDS = ("id", "task_name", "queue", "status", "attempt", "workflow_id")
 
@@ -57,6 +67,9 @@ class Subscription(AsyncWebsocketConsumer):
     max_message_bytes: ClassVar[int] = 4096
     max_messages_per_second: ClassVar[int] = 5
     outbox_limit: ClassVar[int] = 1000
+    access_check_seconds: ClassVar[float] = 30.0
+    """How often an open socket checks again that its user may follow (still logged in,
+    active, with ``view_job``): how long one who lost that may still receive."""
     clock = staticmethod(time.monotonic)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -69,6 +82,7 @@ class Subscription(AsyncWebsocketConsumer):
         self.subscribed: tuple[str | None, str, Any] | None = None
         """(delivery mode, kind, target) once subscribed: undone the way it was done."""
         self.sender: asyncio.Task[None] | None = None
+        self.watcher: asyncio.Task[None] | None = None
         self.closing = False
 
     # --- connection ---------------------------------------------------------------------------
@@ -100,7 +114,9 @@ class Subscription(AsyncWebsocketConsumer):
         snapshot = await database_sync_to_async(self.snapshot)(target)
         if snapshot is None:
             return await self.refuse(CLOSE_NOT_FOUND)
-        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
+        loop = asyncio.get_running_loop()
+        self.sender = loop.create_task(self._send_loop())
+        self.watcher = loop.create_task(self._watch_access())
         for key, message in snapshot:
             self.post(key, message)
         if mode != "channel_layer":
@@ -115,9 +131,29 @@ class Subscription(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
-        if self.sender is not None:
-            self.sender.cancel()
+        for task in (self.sender, self.watcher):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         await self._unsubscribe()
+
+    async def _watch_access(self) -> None:
+        """Every ``access_check_seconds``, read the user again (from the session, which a
+        logout deletes) and close the socket if it may no longer follow."""
+        while not self.closing:
+            await asyncio.sleep(self.access_check_seconds)
+            try:
+                user = await _current_user(self.scope)
+                clearance = None
+                if user.is_authenticated:
+                    clearance = await database_sync_to_async(_clearance)(user)
+            except Exception:  # e.g. the database is away: close, the client checks in anew
+                logger.exception("could not check a websocket's access again; closing it")
+                return await self.refuse(CLOSE_INTERNAL_ERROR)
+            if not user.is_authenticated:
+                return await self.refuse(CLOSE_UNAUTHENTICATED)
+            if clearance is None:
+                return await self.refuse(CLOSE_FORBIDDEN)
+            self.clearance = clearance
 
     async def _unsubscribe(self) -> None:
         if self.subscribed is None:
@@ -206,6 +242,28 @@ def _clearance(user: Any) -> Clearance | None:
     if not permissions.allowed(user, "view"):
         return None
     return Clearance.of(user)
+
+
+async def _current_user(scope: dict[str, Any]) -> Any:
+    """The socket's user as the database has it now: from a fresh read of its session when
+    the socket has one (a logout deletes it; a password change voids it), else its row read
+    again. An inactive or vanished user is anonymous."""
+    session = scope.get("session")
+    if session is not None:
+        key = session.session_key
+        if not key:
+            return AnonymousUser()
+        # A store of the session's own class (``__class__`` sees through Channels' lazy
+        # wrapper), which reads the session again instead of what it cached at connect.
+        store = session.__class__(session_key=key)
+        return await get_user({**scope, "session": store})
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return AnonymousUser()
+    found = await type(user)._default_manager.filter(pk=user.pk).afirst()
+    if found is None or not getattr(found, "is_active", True):
+        return AnonymousUser()
+    return found
 
 
 class JobConsumer(Subscription):

@@ -2,12 +2,12 @@
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
+from django_workqueue.realtime.origins import SameOriginValidator
 from django_workqueue.realtime.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter({
     "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(
+    "websocket": SameOriginValidator(
         AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
     ),
 })

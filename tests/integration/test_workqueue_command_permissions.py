@@ -1,6 +1,7 @@
 """``manage.py workqueue --user NAME`` acts for a Django user: each subcommand needs the same
 permission as in the admin and the API, ``show`` discloses what the user may see, and the audit
-trail names the user. ``CLI_REQUIRE_USER`` makes ``--user`` mandatory."""
+trail names the user and the OS user who ran the command. ``CLI_REQUIRE_USER`` makes
+``--user`` mandatory."""
 
 from __future__ import annotations
 
@@ -50,15 +51,29 @@ def test_a_subcommand_is_refused_without_its_permission_and_changes_nothing(subc
     assert not AuditRecord.objects.exists()
 
 
-def test_an_allowed_change_is_audited_under_the_user():
+def test_an_allowed_change_is_audited_under_the_user_and_the_os_user_who_named_it(monkeypatch):
     JobFactory(failed=True)
-    user_with(*OPERATOR)
+    ops = user_with(*OPERATOR)
+    monkeypatch.setattr("getpass.getuser", lambda: "night-shift")
 
     code, out, _ = run("--user", "ops", "redrive", "--all", "--yes")
 
     assert code == 0, out
     record = AuditRecord.objects.get()
-    assert (record.actor, record.action, record.changed) == ("ops", "redrive", 1)
+    assert (record.actor, record.user_pk) == ("ops (cli:night-shift)", str(ops.pk))
+    assert (record.action, record.changed) == ("redrive", 1)
+
+
+def test_a_long_username_is_cut_so_that_the_os_user_stays_in_the_record(monkeypatch):
+    JobFactory(failed=True)
+    user_with(*OPERATOR, username="u" * 150)
+    monkeypatch.setattr("getpass.getuser", lambda: "night-shift")
+
+    code, out, _ = run("--user", "u" * 150, "redrive", "--all", "--yes")
+
+    assert code == 0, out
+    actor = AuditRecord.objects.get().actor
+    assert len(actor) == 150 and actor.endswith("u (cli:night-shift)")
 
 
 def test_show_hides_the_payload_and_tracebacks_a_viewer_may_not_see():

@@ -189,3 +189,8 @@ def retries_past_its_deadline(context: Any) -> None:
 def interrupted_by_ctrl_c() -> None:
     """Its process receives a Ctrl-C while it runs (on the main thread: a test's ``drain``)."""
     signal.raise_signal(signal.SIGINT)  # the KeyboardInterrupt is raised right after this
+
+
+@task(api=True, unique_on=("email",))
+def welcome_mail(email: str, plan: str = "free") -> None:
+    """One welcome mail per address, open to the HTTP API (tests of the API's key namespace)."""

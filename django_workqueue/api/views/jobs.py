@@ -10,16 +10,18 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     PolymorphicProxySerializer,
+    inline_serializer,
 )
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ... import audit, operations
+from ... import audit, operations, permissions
 from ...conf import workqueue_settings as conf
 from ...disclosure import Clearance
+from ...enqueue import enqueue_one
 from ...exceptions import EnqueueError
 from ...models import AuditSource, Job
 from ...registry import find_task
@@ -77,6 +79,17 @@ _NOT_FOUND = OpenApiResponse(description="There is no such job.")
 _ACTED = {200: OperationResultSerializer, 404: _NOT_FOUND}
 # Fields a list never shows: reading them would only cost.
 _HEAVY = ("args", "kwargs", "result", "errors", "progress_details", "input_shape")
+KEY_NAMESPACE = "api"
+"""The namespace of the unique keys of jobs enqueued through the API (``enqueue.namespaced_key``):
+an API caller can neither take a key the application will use nor reach the application's
+jobs through one."""
+_DUPLICATE = inline_serializer(
+    "DuplicateJob",
+    {
+        "id": serializers.IntegerField(help_text="The job that holds the unique key."),
+        "duplicate": serializers.BooleanField(help_text="Always true: no job was enqueued."),
+    },
+)
 
 
 def _operation_doc(summary: str, permission: str, description: str) -> Any:
@@ -130,11 +143,18 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
     @documented(
         summary="Enqueue a job",
         description="Only tasks registered with `@task(api=True)`; the arguments are checked "
-        "against the task function's parameters. A unique key that another job holds gives "
-        "that job back (200, `duplicate: true`). Permission: `django_workqueue.add_job`.",
+        "against the task function's parameters. Unique keys (`unique_key`, or the one "
+        "`unique_on` derives) live in the API's own namespace, apart from the application's. "
+        "A key that another job enqueued through the API holds gives that job back (200, "
+        "`duplicate: true`): as `view_job` shows it, or only its id without `view_job`. "
+        "Permission: `django_workqueue.add_job`.",
         request=EnqueueSerializer,
         responses={
-            201: JobSerializer, 200: JobSerializer,
+            201: JobSerializer,
+            200: PolymorphicProxySerializer(
+                component_name="EnqueueDuplicate", serializers=[JobSerializer, _DUPLICATE],
+                resource_type_field_name=None,
+            ),
             400: OpenApiResponse(description="Not an API task, or arguments that do not fit."),
         },
     )  # fmt: skip
@@ -157,7 +177,9 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
             if key in data
         }
         try:
-            job = task.using(**options).enqueue(*data["args"], **data["kwargs"])
+            job = enqueue_one(
+                task.using(**options), data["args"], data["kwargs"], namespace=KEY_NAMESPACE
+            )
         except EnqueueError as exc:
             raise ValidationError({"detail": str(exc)}) from None
         duplicate = bool(getattr(job, "duplicate", False))
@@ -165,6 +187,9 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
             request.user, "enqueue", {"ids": [job.pk], "task": name}, int(not duplicate),
             AuditSource.API,
         )  # fmt: skip
+        if duplicate and not permissions.allowed(request.user, "view"):
+            # Another caller's job: that it exists is all a caller without view_job learns.
+            return Response({"id": job.pk, "duplicate": True}, status=status.HTTP_200_OK)
         stored = self.get_queryset().get(pk=job.pk)
         stored.duplicate = duplicate
         return Response(

@@ -1,8 +1,8 @@
 """``manage.py workqueue``: the operator's command. It parses and validates the arguments, then
 calls library code: ``django_workqueue.cli`` reads and renders, ``django_workqueue.operations``
 changes jobs and queues. Every change (not a dry run) writes an audit record (source "cli",
-the OS user, or the Django user named by --user, whose permissions are then checked). See
-docs/reference/cli.md.
+the OS user, or the Django user named by --user, whose permissions are then checked, and the
+OS user who named it). See docs/reference/cli.md.
 
 Exit status: 0 done; 1 a mutation (or its dry run) found nothing it could change, or the
 operator did not confirm it; 2 an error (bad arguments, an unknown job id or queue, a change
@@ -63,8 +63,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--user", metavar="NAME",
-            help="Act for this Django user: its workqueue permissions are checked and the audit "
-            "trail names it (required when WORKQUEUE['CLI_REQUIRE_USER'] is on).",
+            help="Act for this Django user: its workqueue permissions are checked (no password "
+            "is asked) and the audit trail names it with the OS user (required when "
+            "WORKQUEUE['CLI_REQUIRE_USER'] is on).",
         )  # fmt: skip
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
@@ -246,7 +247,10 @@ class Command(BaseCommand):
     def _audit(self, alias: str, action: str, target: dict[str, Any], changed: int) -> None:
         # After the change, in a transaction of its own: a change by filter or a purge runs in
         # many transactions (one per batch), and one record with the total serves the reader.
-        audit.record(self.authority.actor, action, target, changed, AuditSource.CLI, alias=alias)
+        audit.record(
+            self.authority.actor, action, target, changed, AuditSource.CLI, alias=alias,
+            via=self.authority.via,
+        )  # fmt: skip
 
     def _confirm(self, command: str, change: str) -> None:
         confirm(
