@@ -62,6 +62,10 @@ TERMINAL: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status
 ACTIVE: frozenset[Status] = frozenset(
     {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.RUNNING}
 )
+AWAITING_PREREQUISITES: frozenset[Status] = frozenset({Status.BLOCKED, Status.HELD})
+"""The statuses of a dependent that may still be waiting on prerequisites: every writer that
+changes what a dependent waits on (steps added at run time, a continuation, a release) treats
+them alike. A held job keeps its edges; its counters are recounted from them when released."""
 
 
 class RunCondition(models.TextChoices):

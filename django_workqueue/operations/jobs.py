@@ -22,7 +22,7 @@ from ..payload import describe
 from ..registry import MAX_ATTEMPTS, registered_tasks
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
-from ..workflow.resume import prerequisites_open, resume
+from ..workflow.resume import prerequisites_open, resume, revivable
 
 logger = logging.getLogger("django_workqueue.operations")
 T = TypeVar("T")
@@ -209,7 +209,8 @@ def redrive(
     holder = Job.objects.filter(
         task_name=OuterRef("task_name"), unique_key=OuterRef("unique_key"), status__in=ACTIVE
     )
-    selection = failed.exclude(Exists(holder))
+    # A step of a workflow an operator cancelled stays failed: nothing revives that workflow.
+    selection = revivable(failed).exclude(Exists(holder))
     tasks = registered_tasks()
     total = 0
     for batch in batches(selection, "task_name"):
@@ -227,8 +228,11 @@ def redrive(
                 for pk in ids:
                     with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
                         total += _redrive_rows(rows.filter(pk=pk), target, budget)
-    skipped = failed.filter(unique_key__isnull=False).count()  # still failed: held keys
     message = f"{total} failed job(s) moved back to ready"
+    abandoned = failed.exclude(pk__in=revivable(failed).values("pk")).count()
+    if abandoned:
+        message += f"; {abandoned} left failed: its workflow was cancelled"
+    skipped = revivable(failed).filter(unique_key__isnull=False).count()  # still failed: held keys
     if skipped:
         message += f"; {skipped} left failed: another active job of the task holds its unique_key"
     return OperationResult(

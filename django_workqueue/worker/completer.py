@@ -58,10 +58,17 @@ class Completer:
             return self._throttle.due_at(self._progress)
 
     def take(self, job_ids: set[int]) -> list[Outcome]:
-        """Remove and return the pending outcomes of ``job_ids``."""
-        taken = [o for o in self._outcomes if o.job_id in job_ids]
-        for outcome in taken:
-            self._outcomes.remove(outcome)
+        """Remove and return the pending outcomes of ``job_ids``.
+
+        Slot threads may hand outcomes over meanwhile, so the queue is never iterated: the
+        outcomes there now are popped one by one (each pop is atomic), and those not taken go
+        back to the front in their order, ahead of any handed over during the take."""
+        taken: list[Outcome] = []
+        kept: list[Outcome] = []
+        for _ in range(len(self._outcomes)):
+            outcome = self._outcomes.popleft()
+            (taken if outcome.job_id in job_ids else kept).append(outcome)
+        self._outcomes.extendleft(reversed(kept))
         return taken
 
     @property

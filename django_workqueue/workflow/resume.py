@@ -18,12 +18,22 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
-from ..models import Dependency, Job
+from ..models import Dependency, Job, Workflow
 from ..states import ACTIVE, Status, transition
 from . import conditions
 from .effects import UNMET_TYPE, reopen
+
+
+def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The jobs of ``jobs`` that may leave a terminal status again (redrive, a workflow's
+    resumption): none of a workflow an operator cancelled. (An ``Exists``, not a join, so that
+    a ``select_for_update`` of the jobs locks no workflow row.)"""
+    cancelled = Workflow.objects.filter(
+        pk=OuterRef("workflow_id"), cancel_requested_at__isnull=False
+    )
+    return jobs.exclude(Exists(cancelled))
 
 
 def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
@@ -42,7 +52,7 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
         dependents = edges.filter(prerequisite_id__in=frontier).values("job_id")
         candidates = [
             (pk, condition, workflow_id)
-            for pk, condition, workflow_id, errors in jobs.select_for_update()
+            for pk, condition, workflow_id, errors in revivable(jobs.select_for_update())
             .filter(id__in=dependents, status=Status.CANCELLED)
             .order_by("id")
             .values_list("id", "run_condition", "workflow_id", "errors")

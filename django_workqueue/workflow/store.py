@@ -26,7 +26,7 @@ from ..conf import workqueue_settings as conf
 from ..db import Ended, driver_for
 from ..exceptions import InvalidOption
 from ..models import Dependency, Job, Workflow
-from ..states import ACTIVE, TERMINAL, Status
+from ..states import ACTIVE, AWAITING_PREREQUISITES, TERMINAL, Status
 from .effects import Effects
 from .graph import Graph, output_ids
 
@@ -290,15 +290,18 @@ def _wait_for_children(alias: str, edges: Any, children: list[int]) -> None:
     if not last:
         return
     jobs = Job.objects.using(alias)
+    # A held dependent waits for the children too: its release recounts from these edges.
     waiting = list(
-        jobs.filter(id__in=list(last), status=Status.BLOCKED).values_list("id", flat=True)
+        jobs.filter(id__in=list(last), status__in=AWAITING_PREREQUISITES).values_list(
+            "id", flat=True
+        )
     )
     Dependency.objects.using(alias).bulk_create(
         Dependency(job_id=dependent, prerequisite_id=child, position=last[dependent] + 1 + n)
         for dependent in waiting
         for n, child in enumerate(children)
     )
-    jobs.filter(id__in=waiting, status=Status.BLOCKED).update(
+    jobs.filter(id__in=waiting, status__in=AWAITING_PREREQUISITES).update(
         waiting_on=F("waiting_on") + len(children)
     )
 

@@ -487,3 +487,19 @@ def test_cancel_workflow_cancels_steps_added_by_a_completion_that_commits_while_
     # The workflow was cancelled after the step was written: it is cancelled with the others.
     assert statuses(waiting, parent, added) == ["cancelled", "succeeded", "cancelled"]
     assert_counters_match_jobs(wf)
+
+
+def test_redrive_in_a_workflow_an_operator_cancelled_brings_no_step_back(drain):
+    wf = chain(flaky.using(max_attempts=1).s(succeed_on=2), echo.s(), echo.s()).enqueue()
+    step, second, third = wf.jobs.order_by("id")
+    drain()
+    assert statuses(step, second, third) == ["failed", "cancelled", "cancelled"]
+    operations.cancel_workflow(wf)  # the operator gives the whole workflow up
+
+    result = operations.redrive([step])
+
+    assert result.count == 0
+    assert "workflow was cancelled" in result.message
+    assert statuses(step, second, third) == ["failed", "cancelled", "cancelled"]
+    wf = assert_counters_match_jobs(wf)
+    assert wf.status == "failed" and wf.finished_at is not None

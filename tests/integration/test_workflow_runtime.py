@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_workqueue import chain, group
+from django_workqueue import chain, group, operations
 from django_workqueue.models import Job
 from testproject.testapp.models import Effect
 from testproject.testapp.tasks import atomic_effect, collect, double, echo, fan_out
@@ -133,3 +133,25 @@ def test_an_atomic_step_that_raises_commits_nothing_and_its_dependent_is_cancell
     assert not Effect.objects.exists()
     assert unmet_entry(after)["prerequisite"] == step.pk
     assert assert_counters_match_jobs(wf).status == "failed"
+
+
+# --- a held dependent is a waiting dependent ----------------------------------------------------
+
+
+def test_a_held_dependent_waits_for_the_steps_its_prerequisite_added_once_released(drain):
+    wf = chain(fan_out.s(2), gather.s()).enqueue()
+    parent, after = wf.jobs.order_by("id")
+    operations.hold_job(after)
+
+    run_one_job(drain)  # fan_out succeeds and adds two steps while its dependent is held
+
+    children = children_of(wf)
+    assert statuses(parent, after, *children) == ["succeeded", "held", "ready", "ready"]
+    operations.release_job(after)
+    # Released, it still waits for the added steps, as it would have without the hold.
+    assert statuses(after) == ["blocked"]
+    assert fresh(after).waiting_on == 2
+    assert_counters_match_jobs(wf)
+    drain()
+    assert [d[1] for d in fresh(after).result["dependencies"]] == ["succeeded"] * 3
+    assert assert_counters_match_jobs(wf).status == "succeeded"
