@@ -36,7 +36,7 @@ def _with_dashboard(site: admin.AdminSite) -> None:
     def get_urls() -> list[URLPattern | URLResolver]:
         return [*dashboard_urls(site), *urls()]
 
-    def _build_app_dict(request: HttpRequest, label: str | None = None) -> dict[str, Any]:
+    def _build_app_dict(request: HttpRequest, label: Any = None) -> dict[str, Any]:
         apps = build_app_dict(request, label)
         ours = apps.get(APP_LABEL)
         if ours and permissions.allowed(request.user, "view"):
