@@ -15,7 +15,7 @@ logger = logging.getLogger("django_workqueue")
 
 class WorkqueueConfig(AppConfig):
     name = "django_workqueue"
-    verbose_name = "Work queue"
+    verbose_name = "Workqueue"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

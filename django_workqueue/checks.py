@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from typing import Any
 
@@ -26,6 +27,14 @@ _POSITIVE_INTS = (
 )  # fmt: skip
 
 
+def _unknown_setting_hint(key: str) -> str:
+    """The nearest setting name to a misspelt one, or where the list is when none is near."""
+    near = difflib.get_close_matches(key.upper(), DEFAULTS, n=1, cutoff=0.6)
+    if near:
+        return f"Did you mean {near[0]!r}?"
+    return "See docs/reference/settings.md for the settings there are."
+
+
 @checks.register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
@@ -36,7 +45,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         errors.append(
             checks.Error(
                 f"WORKQUEUE has an unknown setting {key!r}.",
-                hint=f"The settings are: {', '.join(sorted(DEFAULTS))}.",
+                hint=_unknown_setting_hint(key),
                 id="django_workqueue.E002",
             )
         )

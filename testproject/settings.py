@@ -48,7 +48,9 @@ if HAS_API:
     }
 if HAS_REALTIME:
     INSTALLED_APPS += ["channels"]  # after django_workqueue: our runworker wins (DESIGN.md)
-    ASGI_APPLICATION = "testproject.asgi.application"
+    # The browser tests serve tests.support.asgi_routes.http_only too: a project whose ASGI
+    # application mounts no websocket route.
+    ASGI_APPLICATION = env("ASGI_APPLICATION", default="testproject.asgi.application")
     # REDIS_URL set: workers publish live progress through Redis (WORKQUEUE_REALTIME=
     # channel_layer); unset: an in-process layer, and the websockets follow the database.
     REDIS_URL = env("REDIS_URL", default="")

@@ -34,6 +34,19 @@ CHART_MINUTES = 60
 """The charts' span: the counters are kept an hour (``stats.counters.KEEP``)."""
 
 
+APP_LABEL = "django_workqueue"
+
+
+def dashboard_entry(site: admin.AdminSite) -> dict[str, Any]:
+    """The dashboard as an entry of the app's list (the shape of the admin's model entries)."""
+    return {
+        "name": "Dashboard", "object_name": "Dashboard", "model": None,
+        "perms": {"add": False, "change": False, "delete": False, "view": True},
+        "admin_url": reverse("admin:django_workqueue_dashboard", current_app=site.name),
+        "add_url": None, "view_only": True,
+    }  # fmt: skip
+
+
 def dashboard_urls(site: admin.AdminSite) -> list[URLPattern]:
     """The dashboard's URLs in ``site``'s namespace: ``admin:django_workqueue_dashboard`` and
     the POST ``admin:django_workqueue_dashboard_redrive``."""

@@ -27,6 +27,7 @@ from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
 from ..states import Status
+from . import live_progress
 from .disclosed import Disclosed
 from .filters import (
     CheckedQueryValues,
@@ -179,8 +180,20 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         act = self.admin_site.admin_view(require_POST(self.act_view))
-        name = f"{self.opts.app_label}_{self.opts.model_name}_act"
-        return [path("<int:object_id>/act/<str:action>/", act, name=name), *super().get_urls()]
+        progress = self.admin_site.admin_view(self.progress_view)
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("<int:object_id>/act/<str:action>/", act, name=f"{prefix}_act"),
+            path("<int:object_id>/progress/", progress, name=f"{prefix}_progress"),
+            *super().get_urls(),
+        ]
+
+    def progress_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """The job page's news where there is no websocket (``live_progress``)."""
+        job = get_object_or_404(Job.objects.using(self._db()), pk=object_id)
+        if not self.has_view_permission(request, job):
+            raise PermissionDenied
+        return live_progress.progress_view(request, job)
 
     def act_view(self, request: HttpRequest, object_id: int, action: str) -> HttpResponse:
         """A button of the job page: the admin action on this one job."""
@@ -240,6 +253,7 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     ]
     return {
         "wq_job": job,
+        **live_progress.context(job),
         "wq_payload_hidden": payload["payload_hidden"],
         "wq_shown": shown,
         "wq_errors": list(reversed(clearance.errors(job.errors))),

@@ -11,14 +11,40 @@ from django.utils.safestring import SafeString, mark_safe
 
 from ..workflow.layout import WorkflowGraph
 
+# One hue per status, far enough apart to tell in the legend; the label on each is black or
+# white, whichever reads better (label_colour), at least 4.5:1 (WCAG AA) for every one.
 STATUS_COLOURS = {
-    "blocked": "#b0b7c3", "scheduled": "#9ec5fe", "ready": "#6ea8fe", "held": "#e0a800",
-    "running": "#0d6efd", "succeeded": "#198754", "failed": "#dc3545", "cancelled": "#6c757d",
+    "blocked": "#adb5bd", "scheduled": "#9775fa", "ready": "#63e6be", "held": "#ffc107",
+    "running": "#0a58ca", "succeeded": "#146c43", "failed": "#b02a37", "cancelled": "#6c757d",
 }  # fmt: skip
+UNKNOWN_COLOUR = "#999999"
+
+
+def _luminance(colour: str) -> float:
+    """The relative luminance of ``#rrggbb`` (WCAG 2)."""
+    channels = [int(colour[n : n + 2], 16) / 255 for n in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(first: str, second: str) -> float:
+    """The WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
+    light, dark = sorted((_luminance(first), _luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def label_colour(fill: str) -> str:
+    """Black or white: whichever contrasts more with ``fill``."""
+    return max(("#000000", "#ffffff"), key=lambda text: contrast(text, fill))
+
 
 NODE_WIDTH, NODE_HEIGHT = 150, 36
 COLUMN, ROW = 200, 56
 MARGIN = 12
+
+
+def _fill(status: str) -> str:
+    return STATUS_COLOURS.get(status, UNKNOWN_COLOUR)
 
 
 def workflow_svg(graph: WorkflowGraph, job_url: Callable[[int], str]) -> SafeString:
@@ -42,12 +68,12 @@ def workflow_svg(graph: WorkflowGraph, job_url: Callable[[int], str]) -> SafeStr
         "\n",
         '<a href="{}" class="wq-node" data-job="{}" data-status="{}"><title>#{} {} ({})</title>'
         '<rect x="{}" y="{}" width="{}" height="{}" rx="6" fill="{}"/>'
-        '<text x="{}" y="{}">#{} {}</text></a>',
+        '<text x="{}" y="{}" fill="{}">#{} {}</text></a>',
         (
             (job_url(node.job_id), node.job_id, node.status, node.job_id, node.task_name,
              node.status, where[node.job_id][0], where[node.job_id][1], NODE_WIDTH, NODE_HEIGHT,
-             STATUS_COLOURS.get(node.status, "#999"), where[node.job_id][0] + 8,
-             where[node.job_id][1] + 22, node.job_id, _short(node.task_name))
+             _fill(node.status), where[node.job_id][0] + 8, where[node.job_id][1] + 22,
+             label_colour(_fill(node.status)), node.job_id, _short(node.task_name))
             for node in graph.nodes
         ),
     )  # fmt: skip

@@ -9,7 +9,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, Protocol, cast
 
@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .fitting import Column, cut_start, fit
 from .reports import STATUSES
 
 _STATUS_STYLES = {
@@ -65,22 +66,38 @@ def console(stream: Stream) -> Console:
     )  # fmt: skip
 
 
+def terminal_width(stream: Stream) -> int:
+    """The width tables fit (``--wide`` passes ``None`` to renderers instead)."""
+    return _width(bool(stream.isatty()))
+
+
 def show(stream: Stream, renderables: list[RenderableType]) -> None:
     """Print ``renderables``; off a terminal as plain text without trailing blanks (what
-    scripts and golden files compare)."""
-    if stream.isatty():
-        out = console(stream)
-        for n, renderable in enumerate(renderables):
-            out.print(*([""] if n else []), renderable, sep="\n")
-        return
-    buffer = io.StringIO()
-    plain = Console(
+    scripts and golden files compare). A table as wide as its fitted columns is printed whole
+    even past the terminal's edge (``fitting`` decided what it keeps)."""
+    tty = bool(stream.isatty())
+    buffer = None if tty else io.StringIO()
+    out = console(stream) if buffer is None else _plain(buffer)
+    screen = out.width
+    for n, renderable in enumerate(renderables):
+        fitted = isinstance(renderable, Table) and all(c.width for c in renderable.columns)
+        out.width = screen
+        if fitted:  # measured without the terminal's bound, which would shrink it again
+            unbounded = out.options.update_width(_UNBOUNDED)
+            out.width = max(screen, out.measure(renderable, options=unbounded).maximum)
+        out.print(*([""] if n else []), renderable, sep="\n")
+    if buffer is not None:
+        stream.write("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+
+
+_UNBOUNDED = 100_000
+
+
+def _plain(buffer: io.StringIO) -> Console:
+    return Console(
         file=buffer, width=_width(False), no_color=True, color_system=None, highlight=False,
         soft_wrap=False,
     )  # fmt: skip
-    for n, renderable in enumerate(renderables):
-        plain.print(*([""] if n else []), renderable, sep="\n")
-    stream.write("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
 
 
 def dump(stream: Stream, data: Any) -> None:
@@ -88,13 +105,44 @@ def dump(stream: Stream, data: Any) -> None:
     stream.write(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
+def _table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    width: int | None,
+    *,
+    title: str | None = None,
+    total: Sequence[str] | None = None,
+) -> tuple[Table, tuple[str, ...]]:
+    """A table of ``rows`` (and a ``total`` row below a rule) fitted to ``width``
+    (``fitting.fit``), and the names of the columns that did not fit."""
+    fitted = fit(columns, [*rows, *([total] if total else [])], width)
     table = Table(
         box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False
     )
-    for name in columns:
-        table.add_column(name, no_wrap=True, overflow="ellipsis")
-    return table
+    for n, column_width in zip(fitted.shown, fitted.widths, strict=True):
+        table.add_column(
+            columns[n].name, justify=cast(Any, columns[n].justify), no_wrap=True,
+            overflow="ellipsis", width=column_width,
+        )  # fmt: skip
+
+    def cells(row: Sequence[str]) -> list[str]:
+        return [
+            cut_start(row[n], column_width) if columns[n].cut_start else row[n]
+            for n, column_width in zip(fitted.shown, fitted.widths, strict=True)
+        ]
+
+    for row in rows:
+        table.add_row(*cells(row))
+    if total:
+        table.add_section()
+        table.add_row(*cells(total))
+    return table, fitted.dropped
+
+
+def _dropped_note(dropped: Sequence[str]) -> list[RenderableType]:
+    if not dropped:
+        return []
+    return [f"Not shown at this width: {', '.join(dropped)} (--wide or --json shows them)."]
 
 
 def _when(value: str | None) -> str:
@@ -107,50 +155,95 @@ def _status(value: str) -> str:
     return f"[{style}]{value}[/]" if style else value
 
 
-def status(data: dict[str, Any]) -> list[RenderableType]:
-    jobs = _table("queue", *STATUSES, title="Jobs by queue and status")
-    for column in jobs.columns[1:]:
-        column.justify = "right"
-    for queue in data["queues"]:
-        name = queue["name"] + (" (paused)" if queue["paused"] else "")
-        jobs.add_row(name, *(str(queue["counts"][s]) for s in STATUSES))
-    jobs.add_section()
-    jobs.add_row("total", *(str(data["totals"][s]) for s in STATUSES))
-    return [jobs, *workers(data["workers"])]
+# The counts of waiting and running jobs, then of finished ones: the two halves the status
+# table splits into when the terminal is too narrow for both side by side.
+_STATUS_HALVES = (
+    (STATUSES[: STATUSES.index("running") + 1], "Jobs by queue and status: waiting and running"),
+    (STATUSES[STATUSES.index("running") + 1 :], "Jobs by queue and status: finished"),
+)
 
 
-def workers(rows: list[dict[str, Any]]) -> list[RenderableType]:
+def status(data: dict[str, Any], width: int | None) -> list[RenderableType]:
+    """Jobs by queue and status: one table, or two (waiting, finished) when the terminal is too
+    narrow for both side by side. No count drops; a long queue name is cut."""
+    names = [queue["name"] + (" (paused)" if queue["paused"] else "") for queue in data["queues"]]
+
+    def table(statuses: Sequence[str], title: str, *, split: bool) -> tuple[Table, tuple[str, ...]]:
+        # Whole, a count that does not fit tells that the table must split; split, none drops.
+        columns = [
+            Column(name="queue", keep=True, floor=12),
+            *(Column(name=name, keep=split, justify="right") for name in statuses),
+        ]
+        rows = [
+            [name, *(str(queue["counts"][s]) for s in statuses)]
+            for name, queue in zip(names, data["queues"], strict=True)
+        ]
+        total = ["total", *(str(data["totals"][s]) for s in statuses)]
+        return _table(columns, rows, width, title=title, total=total)
+
+    whole, dropped = table(STATUSES, "Jobs by queue and status", split=False)
+    shown: list[RenderableType] = [whole]
+    if dropped:
+        shown = [table(statuses, title, split=True)[0] for statuses, title in _STATUS_HALVES]
+    return [*shown, *workers(data["workers"], width)]
+
+
+_WORKER_COLUMNS = (
+    Column(name="worker", keep=True, floor=13),
+    Column(name="host", keep=True, floor=24),
+    Column(name="pid", drop=5),
+    Column(name="queues", floor=12, drop=3),
+    Column(name="slots", drop=4),
+    Column(name="running", keep=True, justify="right"),
+    Column(name="started", drop=6),
+    Column(name="last seen", drop=2),
+)
+
+
+def workers(rows: list[dict[str, Any]], width: int | None) -> list[RenderableType]:
+    """The live workers; the id, host and running count never drop."""
     if not rows:
         return ["No live workers."]
-    table = _table("worker", "host", "pid", "queues", "slots", "running", "started", "last seen",
-                   title="Workers")  # fmt: skip
+    cells = []
     for row in rows:
         slots = str(row["slots"])
         if row["slots_range"]:
             slots += " ({}-{})".format(*row["slots_range"])
-        table.add_row(
-            row["id"], row["host"], str(row["pid"]), ",".join(row["queues"]), slots,
-            str(row["running"]), _when(row["started_at"]), _when(row["last_seen_at"]),
-        )  # fmt: skip
-    return [table]
+        cells.append([
+            escape(row["id"]), escape(row["host"]), str(row["pid"]),
+            escape(",".join(row["queues"])), slots, str(row["running"]),
+            _when(row["started_at"]), _when(row["last_seen_at"]),
+        ])  # fmt: skip
+    table, dropped = _table(_WORKER_COLUMNS, cells, width, title="Workers")
+    return [table, *_dropped_note(dropped)]
 
 
-def jobs(rows: list[dict[str, Any]], limit: int) -> list[RenderableType]:
+# What ``show``, ``cancel`` and ``redrive`` take (the id), what the job is and where it stands
+# never drop; the error is cut before the task, and of the others it drops last.
+_JOB_COLUMNS = (
+    Column(name="id", keep=True, justify="right"),
+    Column(name="task", keep=True, floor=24, cut_start=True),
+    Column(name="queue", drop=2),
+    Column(name="status", keep=True),
+    Column(name="attempt", drop=3),
+    Column(name="since", drop=4),
+    Column(name="last error", floor=20, drop=1),
+)
+
+
+def jobs(rows: list[dict[str, Any]], limit: int, width: int | None) -> list[RenderableType]:
     if not rows:
         return ["No jobs match."]
-    table = _table("id", "task", "queue", "status", "attempt", "since", "last error")
-    # The short columns keep their width; the task and the error give way (with an ellipsis).
-    widths = (max(2, len(str(rows[0]["id"]))), 12, 7, 9, 7, 19, 12)
-    for column, width in zip(table.columns, widths, strict=True):
-        column.min_width = width
-    table.columns[0].justify = "right"
-    for row in rows:
-        table.add_row(
-            str(row["id"]), row["task"], row["queue"], _status(row["status"]),
+    cells = [
+        [
+            str(row["id"]), escape(row["task"]), escape(row["queue"]), _status(row["status"]),
             f"{row['attempt']}/{row['max_attempts']}", _when(since(row)),
             _error(row["last_error"]),
-        )  # fmt: skip
-    shown: list[RenderableType] = [table]
+        ]
+        for row in rows
+    ]  # fmt: skip
+    table, dropped = _table(_JOB_COLUMNS, cells, width)
+    shown: list[RenderableType] = [table, *_dropped_note(dropped)]
     if len(rows) == limit:
         shown.append(f"The newest {limit} shown; --limit N shows more.")
     return shown

@@ -66,14 +66,29 @@ def start_worker(
 
 @pytest.fixture
 def live_url(server_env: Callable[..., dict[str, str]], tmp_path: Path) -> Iterator[str]:
-    """The address of a daphne server running ``testproject.asgi`` on the test database
-    (DEBUG on: it serves the static files, as runserver does)."""
+    """The address of a daphne server running ``testproject.asgi`` (HTTP and the websockets)
+    on the test database (DEBUG on: it serves the static files, as runserver does)."""
+    yield from _daphne(server_env, tmp_path, "testproject.asgi.application")
+
+
+@pytest.fixture
+def live_url_without_websockets(
+    server_env: Callable[..., dict[str, str]], tmp_path: Path
+) -> Iterator[str]:
+    """The same server for a project whose ASGI application mounts no websocket route."""
+    yield from _daphne(server_env, tmp_path, "tests.support.asgi_routes.http_only")
+
+
+def _daphne(
+    server_env: Callable[..., dict[str, str]], tmp_path: Path, application: str
+) -> Iterator[str]:
     port = _free_port()
     log = (tmp_path / "daphne.log").open("wb")
+    module, _, name = application.rpartition(".")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "testproject.asgi:application"],
-        cwd=REPO_ROOT, env=server_env(DEBUG="1"), stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), f"{module}:{name}"],
+        cwd=REPO_ROOT, env=server_env(DEBUG="1", ASGI_APPLICATION=application),
+        stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         wait_until(

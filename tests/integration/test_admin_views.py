@@ -307,3 +307,43 @@ def test_the_workflow_page_cancel_button_cancels_it_for_users_allowed_only():
     response = operator.post(button, follow=True)
     assert Job.objects.get(pk=job.pk).status == "cancelled"
     assert "1 job(s) of 1 workflow(s) cancelled" in messages_of(response)
+
+
+@pytest.mark.parametrize("where", ["admin:index", "app_index"])
+def test_the_dashboard_is_listed_on_the_admin_index_the_app_index_and_the_sidebar(
+    admin_client, where
+):
+    url = (
+        reverse("admin:app_list", args=["django_workqueue"])
+        if where == "app_index"
+        else reverse("admin:index")
+    )
+    dashboard = reverse("admin:django_workqueue_dashboard")
+
+    html = admin_client.get(url).content.decode()
+    on_a_model_page = admin_client.get(reverse("admin:django_workqueue_job_changelist"))
+
+    assert f'<a href="{dashboard}"' in html
+    sidebar = on_a_model_page.content.decode().split('id="nav-sidebar"', 1)[1]
+    assert f'<a href="{dashboard}"' in sidebar
+
+
+def test_the_dashboard_is_not_listed_for_a_user_who_may_not_view_jobs(client):
+    client.force_login(user_with("view_schedule", username="scheduler", is_staff=True))
+
+    html = client.get(reverse("admin:index")).content.decode()
+
+    assert reverse("admin:django_workqueue_dashboard") not in html
+
+
+def test_every_page_calls_the_app_workqueue(admin_client):
+    for url in (
+        reverse("admin:index"),
+        reverse("admin:app_list", args=["django_workqueue"]),
+        reverse("admin:django_workqueue_dashboard"),
+        reverse("admin:django_workqueue_queue_changelist"),
+        reverse("admin:django_workqueue_job_changelist"),
+    ):
+        html = admin_client.get(url).content.decode()
+        assert "Workqueue" in html, url
+        assert "Work queue" not in html and "WORK QUEUE" not in html, url

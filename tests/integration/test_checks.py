@@ -93,7 +93,7 @@ def test_the_checks_are_registered_with_django():
 # --- WORKQUEUE settings -------------------------------------------------------------------------
 
 
-def test_an_unknown_key_is_an_error_listing_the_settings():
+def test_an_unknown_key_is_an_error_suggesting_the_nearest_setting():
     with workqueue(QUEUE=["default"], POLL_INTERVALL=2):
         messages = check_settings()
     assert ids(messages) == ["django_workqueue.E002", "django_workqueue.E002"]
@@ -102,8 +102,14 @@ def test_an_unknown_key_is_an_error_listing_the_settings():
         "WORKQUEUE has an unknown setting 'QUEUE'.",
     ]
     assert all(isinstance(m, checks.Error) for m in messages)
-    assert "POLL_INTERVAL" in messages[0].hint
-    assert "QUEUES" in messages[1].hint
+    assert [m.hint for m in messages] == ["Did you mean 'POLL_INTERVAL'?", "Did you mean 'QUEUES'?"]
+
+
+def test_an_unknown_setting_near_no_name_points_to_the_settings_reference():
+    with workqueue(FROBNICATE=1):
+        message = only(check_settings())
+    assert message.msg == "WORKQUEUE has an unknown setting 'FROBNICATE'."
+    assert message.hint == "See docs/reference/settings.md for the settings there are."
 
 
 def test_workqueue_that_is_not_a_dict_is_an_error():

@@ -9,7 +9,9 @@ import pytest
 from django.core.management import call_command
 
 from django_workqueue.models import Dependency, Job, Workflow
-from testproject.demo.management.commands.demo import PREFIX
+from testproject.demo.management.commands.demo import FULL_RUN_JOBS, PREFIX, clip
+from testproject.demo.management.commands.demo import Command as DemoCommand
+from tests.support.processes import REPO_ROOT
 
 
 def _jobs(task: str) -> list[Job]:
@@ -146,3 +148,24 @@ def test_demo_starts_from_a_clean_slate_and_leaves_other_jobs_alone() -> None:
     assert not first_ids & second_ids
     other.refresh_from_db()
     assert (other.status, other.attempt) == ("scheduled", 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_and_the_help_say_how_many_jobs_a_full_run_has() -> None:
+    call_command("demo", "--concurrency", "4", stdout=StringIO())
+
+    jobs = Job.objects.filter(task_name__startswith=PREFIX)
+    assert jobs.count() == FULL_RUN_JOBS
+    assert not jobs.active().exists()
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    assert f"run the demo ({FULL_RUN_JOBS} jobs:" in readme
+    assert f"Enqueue {FULL_RUN_JOBS} demo jobs" in DemoCommand.help
+
+
+def test_a_long_log_line_is_cut_at_a_words_end() -> None:
+    line = "  log WARNING job 28 attempt 1 of 3 failed: SMTP server reset the connection"
+
+    assert clip(line, 200) == line
+    assert clip(line, 70) == "  log WARNING job 28 attempt 1 of 3 failed: SMTP server reset the…"
+    assert len(clip(line, 70)) <= 70
+    assert clip("x" * 50, 20) == "x" * 19 + "…"  # one long word: cut where it must be

@@ -109,3 +109,15 @@ def test_the_quickstart_examples_run_without_warnings(shop: ModuleType, drain: A
     )
     assert sorted(mailed) == sorted(["n0@example.com", "old@example.com", "n1@example.com"])
     assert not any(job.errors for job in receipts)
+
+
+def test_the_quickstart_shows_the_order_model_its_examples_use() -> None:
+    model = python_block("# shop/models.py")
+
+    assert "class Order(models.Model):" in model
+    # The fields its tasks read (the stand-in above) and its view writes.
+    for name in [field.name for field in Order._meta.fields if field.name != "id"]:
+        assert f"    {name} = models." in model, name
+    view = python_block("# shop/views.py")
+    for name in re.findall(r"Order\.objects\.create\(([^)]*)\)", view)[0].split(","):
+        assert f"    {name.split('=')[0].strip()} = models." in model

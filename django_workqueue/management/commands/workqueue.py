@@ -85,8 +85,16 @@ class Command(BaseCommand):
                 )  # fmt: skip
             return child
 
-        sub("status", "Jobs by queue and status, paused queues, live workers.")
-        jobs = sub("jobs", "List jobs, newest first.")
+        def wide(child: argparse.ArgumentParser) -> argparse.ArgumentParser:
+            child.add_argument(
+                "--wide", action="store_true",
+                help="Every column, whole, however wide the terminal (by default a table fits "
+                "it: long text is cut, then the least needed columns drop).",
+            )  # fmt: skip
+            return child
+
+        wide(sub("status", "Jobs by queue and status, paused queues, live workers."))
+        jobs = wide(sub("jobs", "List jobs, newest first."))
         add_filter_arguments(jobs)
         jobs.add_argument("--limit", type=positive_int, default=50, help="At most N (50).")
         show = sub("show", "Everything about one job.")
@@ -122,25 +130,27 @@ class Command(BaseCommand):
             "--status", action="append", default=[], type=status, metavar="STATUS",
             help="Only jobs that ended so (succeeded, failed, cancelled; repeat).",
         )  # fmt: skip
-        sub("workers", "The live workers.")
+        wide(sub("workers", "The live workers."))
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = conf.DATABASE
         subcommand = options["subcommand"]
         self.json = options["json"]
+        # The width the tables fit; None: --wide, every column whole.
+        self.width = None if options.get("wide") else tables.terminal_width(self.stdout)
         try:
             self.authority = Authority(options.get("user"))
             self.authority.require(subcommand, tracebacks=bool(options.get("tracebacks")))
         except NotAllowed as exc:
             raise CommandError(str(exc), returncode=ERROR) from exc
         if subcommand == "status":
-            return self._show(reports.status(alias), tables.status)
+            return self._show(reports.status(alias), lambda data: tables.status(data, self.width))
         if subcommand == "workers":
-            return self._show(reports.workers(alias), tables.workers)
+            return self._show(reports.workers(alias), lambda data: tables.workers(data, self.width))
         if subcommand == "jobs":
             selection = self._filters(options).apply(Job.objects.using(alias))
             rows = reports.job_rows(selection, options["limit"], self.authority.clearance)
-            return self._show(rows, lambda data: tables.jobs(data, options["limit"]))
+            return self._show(rows, lambda data: tables.jobs(data, options["limit"], self.width))
         if subcommand == "show":
             job = Job.objects.using(alias).filter(pk=options["id"]).first()
             if job is None:

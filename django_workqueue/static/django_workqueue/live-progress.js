@@ -12,6 +12,14 @@
  * it. Optional: data-wq-socket-base="/ws/workqueue/" on the bar when the routes are mounted
  * elsewhere. The socket closes when the job ends; after a dropped connection it reconnects
  * with backoff, but not after a refusal (close codes 4400-4499: log in, or get view_job).
+ *
+ * data-wq-follow on the bar says how to follow the job: "websocket" (the default), "poll"
+ * (GET data-wq-poll-url every data-wq-poll-seconds, which answers the websocket's messages:
+ * for pages served where no websocket route exists) or "off" (a finished job).
+ *
+ * The bar: a total gives it a value; a job that succeeded without one gets a full bar; any
+ * other finished job hides it; a running job without a total is indeterminate; a waiting job
+ * gets an empty, still bar. A finished job never shows motion.
  */
 (function () {
   "use strict";
@@ -39,14 +47,20 @@
     var job = message.job;
     var progress = job.progress || {};
     elements("progress.wq-progress", jobId, false).forEach(function (bar) {
+      bar.hidden = false;
       if (progress.total) {
         bar.max = progress.total;
         bar.value = Math.min(progress.current || 0, progress.total);
       } else if (job.status === "succeeded") {
         bar.max = 1;
         bar.value = 1;
-      } else if (progress.current === null || progress.current === undefined) {
-        bar.removeAttribute("value"); // indeterminate until the first report
+      } else if (FINISHED[job.status]) {
+        bar.hidden = true;
+      } else if (job.status === "running") {
+        bar.removeAttribute("value"); // busy: indeterminate until a total is reported
+      } else {
+        bar.max = 1;
+        bar.value = 0;
       }
       bar.setAttribute("data-wq-status", job.status);
       bar.dispatchEvent(new CustomEvent("wq:progress", { bubbles: true, detail: message }));
@@ -63,6 +77,36 @@
         ? progress.current + (progress.total ? " / " + progress.total : "")
         : "";
     });
+  }
+
+  function poll(jobId, url, seconds, onlyJob) {
+    var every = Math.max(Number(seconds) || 2, 0.5) * 1000;
+
+    function ask() {
+      window.fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (response) {
+          if (response.status >= 400 && response.status < 500) {
+            throw new Error("refused (HTTP " + response.status + ")");
+          }
+          return response.ok ? response.json() : null;
+        })
+        .then(function (message) {
+          if (message && message.type === "job" && message.job) {
+            show(jobId, message, onlyJob);
+            if (FINISHED[message.job.status]) {
+              return;
+            }
+          }
+          window.setTimeout(ask, every);
+        })
+        .catch(function (error) {
+          if (window.console) {
+            window.console.warn("workqueue progress for job " + jobId + ": " + error.message);
+          }
+        });
+    }
+
+    window.setTimeout(ask, every);
   }
 
   function follow(jobId, base, onlyJob) {
@@ -116,12 +160,19 @@
       }
       bar.setAttribute("data-wq-following", "");
       if (!(id in jobs)) {
-        jobs[id] = bar.getAttribute("data-wq-socket-base");
+        jobs[id] = bar;
       }
     });
     var ids = Object.keys(jobs);
     ids.forEach(function (id) {
-      follow(id, jobs[id], ids.length === 1);
+      var bar = jobs[id];
+      var how = bar.getAttribute("data-wq-follow") || "websocket";
+      if (how === "poll") {
+        poll(id, bar.getAttribute("data-wq-poll-url"), bar.getAttribute("data-wq-poll-seconds"),
+          ids.length === 1);
+      } else if (how === "websocket") {
+        follow(id, bar.getAttribute("data-wq-socket-base"), ids.length === 1);
+      }
     });
   }
 

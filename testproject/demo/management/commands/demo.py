@@ -31,6 +31,10 @@ from django_workqueue.operations import cancel_job
 from testproject.demo import launch, tasks
 
 PREFIX = f"{tasks.__name__}."
+LOG_LINE_WIDTH = 160
+# How many jobs a full run ends with (49 enqueued; the workflow adds 3 mails while it runs).
+# The README and the help say it; tests/integration/test_demo.py checks all three agree.
+FULL_RUN_JOBS = 52
 STATUSES = ("blocked", "scheduled", "ready", "running", "succeeded", "failed", "cancelled")
 
 
@@ -41,6 +45,17 @@ def demo_jobs(alias: str) -> QuerySet[Job]:
 
 def short(task_name: str) -> str:
     return task_name.removeprefix(PREFIX)
+
+
+def clip(line: str, width: int) -> str:
+    """``line`` in at most ``width`` characters, cut at a word's end with "…" when too long."""
+    if len(line) <= width:
+        return line
+    cut = line[: width - 1]
+    space = cut.rfind(" ")
+    if space > width // 2:  # a word's end not too far back; else cut the long word itself
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 class _RolledBack(Exception):
@@ -71,7 +86,7 @@ class Printer:
     def update(self, line: str, key: str) -> None:
         with self.lock:
             if self.tty:
-                line = line[: self.width]
+                line = clip(line, self.width)
                 self.out.write(f"\r{line.ljust(len(self.status))}", ending="")
             elif key != self.last_printed:
                 self.out.write(line)
@@ -96,7 +111,7 @@ class WorkerLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage().split("\n", 1)[0]
-        self.printer.event(f"  log {record.levelname:<7} {message[:140]}")
+        self.printer.event(clip(f"  log {record.levelname:<7} {message}", LOG_LINE_WIDTH))
 
 
 class Monitor(threading.Thread):
@@ -165,9 +180,9 @@ class Monitor(threading.Thread):
 
 class Command(BaseCommand):
     help = (
-        "Enqueue about 40 demo jobs (retries, a delayed report, a dead letter, a cancellation, "
-        "an async task) and a workflow (fan-out, fan-in, an approval), and run them with "
-        "runworker --burst until every job has finished."
+        f"Enqueue {FULL_RUN_JOBS} demo jobs (retries, a delayed report, a dead letter, a "
+        "cancellation, an async task, and a workflow with a fan-out, a fan-in and an approval) "
+        "and run them with runworker --burst until every job has finished."
     )
 
     def add_arguments(self, parser: Any) -> None:
