@@ -20,6 +20,7 @@ SETTINGS_READERS = {
     "checks.py": "WORKQUEUE['BACKPRESSURE'] and WORKQUEUE['MIDDLEWARE'], to check them",
     "middleware.py": "WORKQUEUE['MIDDLEWARE']",
     "flow/backpressure.py": "WORKQUEUE['BACKPRESSURE']",
+    "realtime/mounted.py": "ASGI_APPLICATION, to see whether it routes the job websocket",
 }
 
 
