@@ -27,6 +27,7 @@ from django.db.models import QuerySet
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
+from . import pg_liveness
 from .base import (
     BatchClaim,
     ClaimedJob,
@@ -882,6 +883,20 @@ class PostgresDriver(Driver):
         listener.start()
         return listener
 
+    def gone_workers(self) -> Any:
+        return pg_liveness.gone_workers()
+
+    def worker_watch(self) -> pg_liveness.SessionWatch | None:
+        from ..conf import workqueue_settings as conf
+
+        if not conf.LISTEN_NOTIFY:  # no direct connection is asked for: leases only
+            return None
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return None
+        return pg_liveness.SessionWatch(listen_params(self.connection, conf.LISTEN_DSN))
+
     # --- configuration: system checks and start-up errors ----------------------------------------
 
     @classmethod
@@ -974,7 +989,8 @@ class Listener(threading.Thread):
     It hears two channels: new ready jobs of a queue, and requests to abort a running job. It
     reconnects with backoff when the connection drops and then calls ``on_ready(None)``,
     so the worker polls once for anything announced while it was deaf (an abort missed then is
-    found by the heartbeat). Polling stays on regardless.
+    found by the heartbeat). Polling stays on regardless. Its session holds the worker's
+    liveness key (``liveness``, None while it is down; see ``pg_liveness``).
     ``name``, if given, is the connection's application_name (the worker's session name).
     """
 
@@ -993,6 +1009,9 @@ class Listener(threading.Thread):
         self.stopping = threading.Event()
         self.connected = threading.Event()
         self.connection: Any = None
+        self.liveness: str | None = None
+        """The liveness key this listener's session holds; kept after a disconnect, so that
+        the reconnect takes the same one again."""
 
     def run(self) -> None:
         import psycopg
@@ -1004,6 +1023,8 @@ class Listener(threading.Thread):
                 with self.connection:
                     self.connection.execute(f"LISTEN {CHANNEL}")
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
+                    # The worker's liveness: held as long as this session lives (pg_liveness).
+                    self.liveness = pg_liveness.hold(self.connection, self.liveness)
                     self.connected.set()
                     backoff = 0.1
                     self.on_ready(None)

@@ -1,4 +1,5 @@
-"""The reaper: running jobs whose lease expired go back to ready, or end once their attempts
+"""The reaper: running jobs whose lease expired, or whose worker is gone (liveness, see
+``liveness.py``: at once, whatever the lease), go back to ready, or end once their attempts
 are spent (or ``cancelled`` if cancellation was requested).
 
 A crashed attempt counts as an attempt, so a job that kills its worker every time (a poison
@@ -22,7 +23,7 @@ from django.db.models.functions import Now
 from .. import signals, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
-from ..db.base import spare
+from ..db.base import reapable, spare
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -65,10 +66,10 @@ class Reaper(Service):
         """Reap expired leases once; return how many jobs were reaped."""
         driver = driver_for(self.alias)
         spared = self.spare_ids() if self.spare_ids is not None else None
+        # Workers that liveness saw die (a subquery on PostgreSQL: the same one statement).
+        gone = driver.gone_workers()
         any_expired = spare(
-            Job.objects.using(self.alias).filter(
-                status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
-            ),
+            Job.objects.using(self.alias).filter(reapable(now, gone), status=Status.RUNNING),
             self.spare_owner,
             spared,
         )
@@ -78,7 +79,7 @@ class Reaper(Service):
         with transaction.atomic(using=self.alias):
             # Locked until the writes commit.
             expired = driver.expired_leases(
-                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared
+                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared, gone=gone
             )
             reaped: list[Expired] = []
             ended: list[Ended] = []
@@ -110,7 +111,7 @@ class Reaper(Service):
         if reaped:
             wakeup.wake(queues)
             logger.warning(
-                "reaped %d job(s) whose worker stopped renewing: %s",
+                "reaped %d job(s) whose worker is gone or stopped renewing: %s",
                 len(reaped), [row.id for row in reaped],
             )  # fmt: skip
         self._housekeeping(driver, now)
@@ -140,10 +141,16 @@ class Reaper(Service):
 
 
 def lease_expired(row: Expired) -> Outcome:
-    message = (
-        f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
-        f"the attempt counts"
-    )
+    if row.owner_gone:
+        message = (
+            f"worker {row.owner} is gone (its process ended: killed or crashed); its lease "
+            f"was ended at once; the attempt counts"
+        )
+    else:
+        message = (
+            f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
+            f"the attempt counts"
+        )
     return Outcome(
         job_id=row.id, attempt=row.attempt, kind=OutcomeKind.LEASE_EXPIRED,
         max_attempts=row.max_attempts,

@@ -132,11 +132,13 @@ class Worker:
         self.registration = Registration(
             self.alias, self.id, self.queues, self.concurrency, queue_slots=queue_slots,
             concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
+            liveness=self._liveness,
         )  # fmt: skip
         # Promoter, reaper, scheduler, retention: run while this worker holds the fleet's lease.
         self.maintainer = Maintainer(
-            self.alias, self.id, listening=self._listening, running=self._running_ids
-        )
+            self.alias, self.id, listening=self._listening, running=self._running_ids,
+            wake=self.wake.set,
+        )  # fmt: skip
         self._poll_now = True  # the next pass claims: woken, or the first pass
         self._last_poll = time.monotonic()  # the last claim of the slot loop
         self._poll_jitter = 1.0
@@ -302,6 +304,16 @@ class Worker:
             self._session = connection.connection
         if not self.registration.registered:
             self.registration.register()
+        self.registration.declare_liveness()
+
+    def _liveness(self) -> str | None:
+        """The liveness token this process holds now: its LISTEN session's key (PostgreSQL),
+        or what the driver takes from the process itself (SQLite: its pid on this host)."""
+        if self._listener is None:
+            return self.driver.liveness_token()
+        connected = getattr(self._listener, "connected", None)
+        held = connected is not None and connected.is_set()
+        return getattr(self._listener, "liveness", None) if held else None
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
