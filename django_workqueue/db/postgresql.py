@@ -1021,10 +1021,10 @@ class Listener(threading.Thread):
             try:
                 self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:
-                    self.connection.execute(f"LISTEN {CHANNEL}")
-                    self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     # The worker's liveness: held as long as this session lives (pg_liveness).
                     self.liveness = pg_liveness.hold(self.connection, self.liveness)
+                    self.connection.execute(f"LISTEN {CHANNEL}")
+                    self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
                     backoff = 0.1
                     self.on_ready(None)
