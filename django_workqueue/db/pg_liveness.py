@@ -109,7 +109,9 @@ class SessionWatch(WorkerWatch):
         except psycopg.errors.QueryCanceled:
             return False
         except psycopg.Error as exc:  # the connection is lost: the caller waits and tries again
-            logger.warning("liveness watch connection lost (%s)", exc)
+            # Info, not a warning: on a full server this repeats (with back-off) and costs
+            # only the speed of a takeover, which then waits for the maintenance lease.
+            logger.info("liveness watch: no connection (%s)", exc)
             self.close()
             return False
         finally:

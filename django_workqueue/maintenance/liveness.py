@@ -91,6 +91,7 @@ class HolderWatch(threading.Thread):
         self.watch.interrupt()
 
     def run(self) -> None:
+        backoff = 1.0
         try:
             while not self._stopping.is_set():
                 with self._lock:
@@ -100,12 +101,14 @@ class HolderWatch(threading.Thread):
                     self._changed.wait()
                     continue
                 if self.watch.wait_gone(holder):
+                    backoff = 1.0
                     with self._lock:
                         if self.following == holder:
                             self.following = None  # until the maintainer says who is next
                     logger.info("the maintainer %s is gone: taking over", holder.id)
                     self.on_gone(holder.id)
-                elif not self._changed.is_set():  # a lost connection: not a spin
-                    self._stopping.wait(1.0)
+                elif not self._changed.is_set():  # no connection (the server full?): back off
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 60.0)
         finally:
             self.watch.close()
