@@ -44,7 +44,12 @@ def _scope() -> str | None:
 
 def own_token() -> str | None:
     """This process's identity as a string (``WorkerProcess.liveness``), or None off Linux."""
-    scope, started = _scope(), _started(os.getpid())
+    return token_of(os.getpid())
+
+
+def token_of(pid: int) -> str | None:
+    """The identity of the process ``pid`` on this host now, or None (gone, or off Linux)."""
+    scope, started = _scope(), _started(pid)
     if scope is None or started is None:
         return None
     return f"{scope}:{started}"

@@ -792,11 +792,19 @@ class Driver(abc.ABC):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        on_standby: Callable[[], None] = lambda: None,
     ) -> Any:
         """A started background listener, or None if unsupported. It calls ``on_ready(queue)``
         when a queue has new ready jobs (``on_ready(None)`` after a reconnect: poll once) and
         ``on_abort(job id, reason)`` when a running job must stop (``notify_abort``); ``name``
-        as in ``name_session``."""
+        as in ``name_session``. Where a watch of the maintainer costs a connection, it also
+        holds this worker's standby slot (``standby``, ``want_standby``) and calls
+        ``on_standby()`` when that changes."""
+        return None
+
+    def notify_standby_free(self) -> None:
+        """Tell the listening workers that a standby slot may be free (a worker died), so that
+        one that has none tries to take it (see ``listener``); nothing where there are none."""
         return None
 
     def is_lock_timeout(self, exc: BaseException) -> bool:

@@ -11,6 +11,13 @@ dies the server ends the session and drops the lock, so:
   mode on a connection of its own (``SessionWatch``): granted the moment the holder's session
   ends, at no cost while it waits. Only shared holds count as alive, so a watcher that holds
   the key for the moment between its grant and its unlock never makes a dead worker look alive.
+
+A watch is a connection, so only a few workers keep one: the *standbys*, at most
+``WORKQUEUE["MAINTAINER_STANDBYS"]``. A worker is one while its LISTEN session holds one of
+that many standby keys (``take_standby``: one statement, at start-up or when told a slot is
+free; the key dies with the session). A standby that becomes the maintainer gives its key up
+(``release_standby``) with a NOTIFY (``STANDBY_FREE``) that makes the others try once; so do a
+worker that stops and the maintainer that finds a dead worker. Nothing polls for a free slot.
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ from the application's own advisory locks."""
 
 _KEYS = (1, 2**31 - 1)  # the second half: a positive int4, as pg_locks shows it (objid)
 
+STANDBY_CLASS = 0x57514C53
+"""The first half of the standby keys; the second is the slot, 0 to MAINTAINER_STANDBYS - 1."""
+
+STANDBY_FREE = "workqueue:standby-free"
+"""The payload of the NOTIFY (on the ready-jobs channel) that says a standby slot may be free."""
+
 
 def hold(connection: Any, wanted: str | None = None) -> str | None:
     """Take a liveness key on ``connection`` (a psycopg connection in autocommit): ``wanted``
@@ -52,6 +65,29 @@ def hold(connection: Any, wanted: str | None = None) -> str | None:
             return str(key)
     logger.warning("no liveness key could be taken: this worker's crash waits for its leases")
     return None
+
+
+def take_standby(connection: Any, slots: int) -> int | None:
+    """Take the first free of ``slots`` standby keys on ``connection`` (one statement; held
+    until released or the session ends); return its slot, or None if all are taken."""
+    if slots <= 0:
+        return None
+    # The filter runs row by row and LIMIT stops at the first lock granted: at most one taken.
+    row = connection.execute(
+        "SELECT slot FROM generate_series(0, %s) AS slot"
+        " WHERE pg_try_advisory_lock(%s, slot) LIMIT 1",
+        (slots - 1, STANDBY_CLASS),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def release_standby(connection: Any, slot: int, channel: str) -> None:
+    """Give standby ``slot`` up and say so on ``channel`` (one statement: the NOTIFY is sent at
+    its commit, after the unlock, so whoever hears it finds the key free)."""
+    connection.execute(
+        "SELECT pg_advisory_unlock(%s, %s), pg_notify(%s, %s)",
+        (STANDBY_CLASS, slot, channel, STANDBY_FREE),
+    )
 
 
 def gone_workers() -> RawSQL:

@@ -866,6 +866,10 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [ABORT_CHANNEL, f"{job_id}:{reason}"])
 
+    def notify_standby_free(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, pg_liveness.STANDBY_FREE])
+
     def is_lock_timeout(self, exc: BaseException) -> bool:
         return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
 
@@ -874,12 +878,14 @@ class PostgresDriver(Driver):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        on_standby: Callable[[], None] = lambda: None,
     ) -> Listener:
         from ..conf import workqueue_settings as conf
 
         listener = Listener(
-            listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name
-        )
+            listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name,
+            standbys=int(conf.MAINTAINER_STANDBYS), on_standby=on_standby,
+        )  # fmt: skip
         listener.start()
         return listener
 
@@ -1000,6 +1006,9 @@ class Listener(threading.Thread):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        *,
+        standbys: int = 0,
+        on_standby: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(name="workqueue-listener", daemon=True)
         # The worker's name wins over an application_name of the settings or of LISTEN_DSN.
@@ -1012,6 +1021,14 @@ class Listener(threading.Thread):
         self.liveness: str | None = None
         """The liveness key this listener's session holds; kept after a disconnect, so that
         the reconnect takes the same one again."""
+        self.standbys = standbys
+        self.on_standby = on_standby
+        """Called (on this thread) when ``standby`` changes."""
+        self.standby: int | None = None
+        """The standby slot this listener's session holds (``pg_liveness.take_standby``)."""
+        self._standby_lock = threading.Lock()
+        self._standby_wanted = standbys > 0
+        self._standby_due = False  # a slot to try or to give up at the next turn
 
     def run(self) -> None:
         import psycopg
@@ -1023,6 +1040,9 @@ class Listener(threading.Thread):
                 with self.connection:
                     # The worker's liveness: held as long as this session lives (pg_liveness).
                     self.liveness = pg_liveness.hold(self.connection, self.liveness)
+                    with self._standby_lock:
+                        self._standby_due = self._standby_wanted
+                    self._tend_standby(listening=False)
                     self.connection.execute(f"LISTEN {CHANNEL}")
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
@@ -1031,8 +1051,12 @@ class Listener(threading.Thread):
                     while not self.stopping.is_set():
                         for notice in self.connection.notifies(timeout=1.0):
                             self._dispatch(notice.channel, notice.payload)
+                        self._tend_standby()  # the connection is free between two waits
+                    self.want_standby(False)
+                    self._tend_standby()  # a slot given up on the way out: another takes it
             except Exception as exc:
                 self.connected.clear()
+                self._lost_standby()
                 if self.stopping.is_set():
                     break
                 # Deaf now: the worker must poll at POLL_INTERVAL, not sleep out the long poll
@@ -1043,7 +1067,43 @@ class Listener(threading.Thread):
                 backoff = min(backoff * 2, 5.0)
         self.connected.clear()
 
+    def want_standby(self, wanted: bool) -> None:
+        """Hold a standby slot (at the next turn, if one is free) or give it up (any thread)."""
+        with self._standby_lock:
+            self._standby_wanted = wanted and self.standbys > 0
+            self._standby_due = self._standby_wanted != (self.standby is not None)
+
+    def _tend_standby(self, listening: bool = True) -> None:
+        """Take a free slot or give the held one up, if asked: one statement (and, once
+        ``listening``, a LISTEN again, so that pg_stat_activity still shows a listener)."""
+        with self._standby_lock:
+            due, wanted = self._standby_due, self._standby_wanted
+            self._standby_due = False
+        if not due:
+            return
+        held = self.standby
+        if wanted and held is None:
+            self.standby = pg_liveness.take_standby(self.connection, self.standbys)
+        elif not wanted and held is not None:
+            pg_liveness.release_standby(self.connection, held, CHANNEL)
+            self.standby = None
+        if listening and not self.stopping.is_set():
+            self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
+        if self.standby != held:
+            logger.debug("standby slot: %s -> %s", held, self.standby)
+            self.on_standby()
+
+    def _lost_standby(self) -> None:
+        """The session ended, and its slot with it."""
+        if self.standby is not None:
+            self.standby = None
+            self.on_standby()
+
     def _dispatch(self, channel: str, payload: str) -> None:
+        if payload == pg_liveness.STANDBY_FREE:
+            with self._standby_lock:  # try at the next turn, if this worker wants one
+                self._standby_due |= self._standby_wanted and self.standby is None
+            return
         if channel != ABORT_CHANNEL:
             self.on_ready(payload)
             return

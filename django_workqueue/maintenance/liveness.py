@@ -8,10 +8,12 @@ definition, its pid and that pid's start. From it:
 * the reaper takes back at once the running jobs of every worker that is gone
   (``Driver.gone_workers``), whatever their lease;
 * the maintenance lease follows its holder: a would-be maintainer that finds the holder gone
-  takes the lease over at once (``Leadership.hold(gone_holder=...)``), and each other worker
-  watches the holder at no cost to the database (``HolderWatch``: on PostgreSQL a lock wait on
-  a connection of its own, on SQLite a look at the pid), so a dead maintainer is replaced
-  within about a second instead of a lease.
+  takes the lease over at once (``Leadership.hold(gone_holder=...)``), and a few other
+  workers, the standbys, watch the holder at no cost to the database (``HolderWatch``: on
+  PostgreSQL a lock wait on a connection of its own, held by at most
+  ``WORKQUEUE["MAINTAINER_STANDBYS"]`` workers, ``db/pg_liveness.py``; on SQLite a look at the
+  pid, by every worker), so a dead maintainer is replaced within about a second instead of a
+  lease.
 
 Leases stay the fallback for what liveness cannot see: a process alive but cut off from the
 database, a body that hangs, a worker without a token (no LISTEN connection, no ``/proc``).
@@ -98,6 +100,7 @@ class HolderWatch(threading.Thread):
                     holder = self.following
                     self._changed.clear()
                 if holder is None:
+                    self.watch.close()  # nobody to watch: no connection held meanwhile
                     self._changed.wait()
                     continue
                 if self.watch.wait_gone(holder):

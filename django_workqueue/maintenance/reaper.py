@@ -108,6 +108,8 @@ class Reaper(Service):
             # Jobs back in ready wake the workers of their queues (not those that ended).
             queues = {row.queue for row in reaped if not lease_expired(row).spent}
             driver.notify(queues)
+            if any(row.owner_gone for row in reaped):  # a dead standby's slot is free now
+                driver.notify_standby_free()
         if reaped:
             wakeup.wake(queues)
             logger.warning(
@@ -128,7 +130,10 @@ class Reaper(Service):
     def _forget_gone_workers(self, now: datetime | None) -> None:
         stats_counters.forget_old(self.alias, now)  # the stats' counters older than an hour
         cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
-        WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
+        stale = WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff)
+        deleted, _ = stale.delete()
+        if deleted:  # workers gone: if one was a standby, its slot is free
+            driver_for(self.alias).notify_standby_free()
 
     def _forget_expired_claims(self, driver: Driver, now: datetime | None) -> None:
         # Idempotency claims past their expires_at (context.claim): one bounded DELETE per

@@ -137,7 +137,7 @@ class Worker:
         # Promoter, reaper, scheduler, retention: run while this worker holds the fleet's lease.
         self.maintainer = Maintainer(
             self.alias, self.id, listening=self._listening, running=self._running_ids,
-            wake=self.wake.set,
+            wake=self.wake.set, standby=self._standby, stand_by=self._stand_by,
         )  # fmt: skip
         self._poll_now = True  # the next pass claims: woken, or the first pass
         self._last_poll = time.monotonic()  # the last claim of the slot loop
@@ -224,7 +224,10 @@ class Worker:
         self.pool.start()
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
-            self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
+            self._listener = self.driver.listener(
+                self._on_ready, self._on_abort, self.session_name,
+                on_standby=self.maintainer.standby_changed,
+            )  # fmt: skip
         logger.info(
             "worker %s started: queues=%s concurrency=%s pool=%s", self.id, self.queues,
             self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
@@ -314,6 +317,18 @@ class Worker:
         connected = getattr(self._listener, "connected", None)
         held = connected is not None and connected.is_set()
         return getattr(self._listener, "liveness", None) if held else None
+
+    def _standby(self) -> bool:
+        """Whether this worker may watch the maintainer: its listener holds a standby slot, or
+        it has no listener (a watch there costs no connection: SQLite's pid, or none at all)."""
+        if self._listener is None:
+            return True
+        return getattr(self._listener, "standby", None) is not None
+
+    def _stand_by(self, wanted: bool) -> None:
+        want = getattr(self._listener, "want_standby", None)
+        if want is not None:
+            want(wanted)
 
     def _heartbeat(self) -> None:
         now = time.monotonic()

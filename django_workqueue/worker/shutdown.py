@@ -50,6 +50,10 @@ def drain_and_stop(worker: Worker) -> None:
     wakeup.unregister(worker.wake)
     if worker._listener is not None:
         worker._listener.stop()  # type: ignore[attr-defined]
+        # Its standby slot is given up on the way out, with a NOTIFY: another worker takes it.
+        join = getattr(worker._listener, "join", None)
+        if join is not None:
+            join(timeout=2.0)
     if worker._loop is not None:
         worker._loop.close()
     try:
