@@ -49,11 +49,10 @@ def drain_and_stop(worker: Worker) -> None:
     worker.pool.stop()
     wakeup.unregister(worker.wake)
     if worker._listener is not None:
+        standby = getattr(worker._listener, "standby", None)
         worker._listener.stop()  # type: ignore[attr-defined]
-        # Its standby slot is given up on the way out, with a NOTIFY: another worker takes it.
-        join = getattr(worker._listener, "join", None)
-        if join is not None:
-            join(timeout=2.0)
+        if standby is not None:  # given up on the way out, with a NOTIFY: another takes it
+            worker._listener.join(timeout=2.0)  # type: ignore[attr-defined]
     if worker._loop is not None:
         worker._loop.close()
     try:
