@@ -43,9 +43,11 @@ def maintainer_among(workers: list[RunworkerProcess]) -> RunworkerProcess | None
     return next((w for w in workers if w.worker_id == owner), None)
 
 
-def ready_fleet(start_worker: StartWorker, count: int) -> list[RunworkerProcess]:
+def ready_fleet(
+    start_worker: StartWorker, count: int, env: dict[str, str] = ENV
+) -> list[RunworkerProcess]:
     """``count`` workers, all started and proved alive, one of them the maintainer."""
-    workers = [start_worker("--concurrency", "1", name=f"w{n}", env=ENV) for n in range(count)]
+    workers = [start_worker("--concurrency", "1", name=f"w{n}", env=env) for n in range(count)]
     for worker in workers:
         worker.wait_started()
     wait_for(lambda: all(proved_alive(w) for w in workers), alive=workers, message="liveness")
@@ -171,3 +173,46 @@ def test_every_second_cron_fires_each_tick_once_across_a_maintainers_takeover(
     )
     assert len(set(latest_ticks)) == len(latest_ticks)
     assert all(tick.microsecond == 0 and tick >= first for tick in latest_ticks)
+
+
+def standbys() -> list[str]:
+    """The worker ids whose LISTEN session holds a standby key (PostgreSQL)."""
+    from django.db import connection
+
+    from django_workqueue.db.pg_liveness import STANDBY_CLASS
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s"
+            " AND l.objsubid = 2 ORDER BY 1",
+            [STANDBY_CLASS],
+        )
+        return [name.removeprefix("workqueue:") for (name,) in cursor.fetchall()]
+
+
+@pytest.mark.postgres_only
+def test_with_one_standby_it_takes_over_and_the_third_worker_takes_its_slot(
+    start_worker: StartWorker,
+) -> None:
+    workers = ready_fleet(start_worker, 3, env={**ENV, "WORKQUEUE_MAINTAINER_STANDBYS": "1"})
+    leader = maintainer_among(workers)
+    assert leader is not None
+
+    # The maintainer gave its slot up (if it had one): one standby, not the maintainer.
+    def one_standby_not_the_maintainer() -> list[str] | None:
+        ids = standbys()
+        return ids if len(ids) == 1 and leader.worker_id not in ids else None
+
+    [standby_id] = wait_for(one_standby_not_the_maintainer, alive=workers, message="one standby")
+    [standby] = [w for w in workers if w.worker_id == standby_id]
+    [third] = [w for w in workers if w not in (leader, standby)]
+
+    leader.kill()  # its lease has ~600 s left: only the standby's watch can hand it over now
+
+    wait_for(lambda: holder() == standby.worker_id, alive=[standby, third], timeout=BOUND,
+             message="the standby to take over")  # fmt: skip
+    # The new maintainer gave its slot up with a NOTIFY: the third worker, which had no watch,
+    # takes it and watches the new maintainer.
+    wait_for(lambda: standbys() == [third.worker_id], alive=[standby, third], timeout=BOUND,
+             message="the third worker in the freed slot")  # fmt: skip
