@@ -14,7 +14,8 @@
   into the maintainer's share and each other worker's, and gives the figure for 50 workers
   when the server cannot hold 50 (the fleet is capped at 80% of the free connections, and the
   JSON says so). Straight to the server, each idle worker holds two connections: its control
-  connection and its LISTEN connection. When 50 do not fit that way and ``pgbouncer`` is
+  connection and its LISTEN connection; besides, ``MAINTAINER_STANDBYS`` (2) of them hold one
+  more, the watch of the maintainer. When 50 do not fit that way and ``pgbouncer`` is
   installed, both fleets run as the deployment guide advises for a large fleet: the control
   connections through a PgBouncer the harness starts (transaction pooling, ``POOL_SIZE``
   server connections), the LISTEN connections direct; the pooler's own queries (its checks of
@@ -53,6 +54,7 @@ LIBRARY_DEFAULTS = {
     "WORKQUEUE_LISTEN_NOTIFY": "1",
 }
 CONNECTIONS_PER_WORKER = 2  # control + LISTEN; a slot connects only to run a job
+STANDBY_WATCHES = 2  # WORKQUEUE["MAINTAINER_STANDBYS"]: that many watch the maintainer, direct
 GOAL_WORKERS, GOAL_QUERIES = 50, 5.0
 POOL_SIZE = 5  # the pooler's server connections, when the fleet goes through one
 
@@ -82,11 +84,12 @@ def _listening(database: str) -> int:
 
 def fleet_size(wanted: int, *, pooled: bool = False) -> int:
     """``wanted``, or as many idle workers as 80% of the server's free connections hold
-    (``pooled``: one LISTEN connection each, beside the pooler's ``POOL_SIZE``)."""
+    (``pooled``: one LISTEN connection each, beside the pooler's ``POOL_SIZE``), the
+    standbys' watch connections set aside."""
     most = int(pgadmin.scalar("postgres", "SHOW max_connections"))
     reserved = int(pgadmin.scalar("postgres", "SHOW superuser_reserved_connections"))
     used = int(pgadmin.scalar("postgres", "SELECT count(*) FROM pg_stat_activity"))
-    free = (most - reserved - used) * 8 // 10
+    free = (most - reserved - used) * 8 // 10 - STANDBY_WATCHES
     if pooled:
         return max(1, min(wanted, free - POOL_SIZE))
     return max(1, min(wanted, free // CONNECTIONS_PER_WORKER))

@@ -123,6 +123,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
+    standbys = conf.MAINTAINER_STANDBYS
+    if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['MAINTAINER_STANDBYS'] must be a whole number >= 0, got {standbys!r}.",
+                hint="How many workers watch the maintainer, each on one more direct connection "
+                "(PostgreSQL); 0 lets its lease alone tell its death. The default is 2.",
+                id="django_workqueue.E002",
+            )
+        )
     jitter = conf.RETRY_JITTER
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         errors.append(

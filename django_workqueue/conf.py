@@ -42,6 +42,10 @@ DEFAULTS: dict[str, Any] = {
     # retention): the holder of a lease of this many seconds, renewed at a third of it. When the
     # holder dies another worker takes over within about this long.
     "MAINTENANCE_LEASE_SECONDS": 60.0,
+    # How many workers watch the maintainer on PostgreSQL (each on one more direct connection)
+    # to take over within about a second of its death; the others take over when its lease runs
+    # out. 0: none watch. SQLite workers all watch (a look at a pid, no connection).
+    "MAINTAINER_STANDBYS": 2,
     # While the maintainer hears NOTIFY, its promoter and scheduler sleep until the next
     # scheduled job or cron tick they know of, at most this long (seconds).
     "MAINTENANCE_IDLE_INTERVAL": 10.0,

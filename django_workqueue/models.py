@@ -473,7 +473,8 @@ class MaintenanceLease(models.Model):
 
 
 class WorkerProcess(models.Model):
-    """A live ``runworker`` process, for dashboards. Recovery never depends on it: leases do."""
+    """A live ``runworker`` process, for dashboards and liveness (``maintenance/liveness.py``):
+    a worker whose ``liveness`` token no longer holds is dead, and its jobs are reaped at once."""
 
     id = models.CharField(primary_key=True, max_length=64)
     host = models.CharField(max_length=255)
@@ -493,6 +494,13 @@ class WorkerProcess(models.Model):
     )
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
+    liveness = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="What the database's driver checks to tell that the process is gone (the "
+        "key of its session's lock, or its pid's start on its host); empty: leases only.",
+    )
 
     class Meta:
         ordering = ["-started_at"]

@@ -117,6 +117,8 @@ WORKQUEUE = {
     "SCHEDULER_INTERVAL": env.float("WORKQUEUE_SCHEDULER_INTERVAL", default=1.0),
     # The acceptance tests' workers hand maintenance over within seconds (tests/support).
     "MAINTENANCE_LEASE_SECONDS": env.float("WORKQUEUE_MAINTENANCE_LEASE_SECONDS", default=60.0),
+    # How many workers watch the maintainer on a connection of their own (PostgreSQL).
+    "MAINTAINER_STANDBYS": env.int("WORKQUEUE_MAINTAINER_STANDBYS", default=2),
     "SHUTDOWN_GRACE_SECONDS": env.float("WORKQUEUE_GRACE", default=10.0),
     "LISTEN_NOTIFY": env.bool("WORKQUEUE_LISTEN_NOTIFY", default=True),
     # Set when DATABASE_URL goes through a pooler in transaction mode (tests/support/pgbouncer.py).

@@ -19,13 +19,14 @@ from .base import (
     Progress,
     Recorded,
     Timing,
+    WorkerWatch,
 )
 
 __all__ = [
     "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowPick",
     "Inserted", "NewJob", "Outcome",
     "OutcomeKind",
-    "Progress", "Recorded", "Timing", "driver_class", "driver_for",
+    "Progress", "Recorded", "Timing", "WorkerWatch", "driver_class", "driver_for",
 ]  # fmt: skip
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")

@@ -18,7 +18,18 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q, QuerySet
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Min,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.db.models.functions import Now
 
 from ..models import IdempotencyClaim, Job, Queue, StatsCounter
@@ -344,6 +355,33 @@ class Expired:
     max_attempts: int
     owner: str
     queue: str
+    owner_gone: bool = False
+    """Reaped because its worker is gone (liveness), not because the lease ran out."""
+
+
+class WorkerWatch(abc.ABC):
+    """Waits, at no cost to the database, for one worker's process to be gone (liveness):
+    a vendor's way to hear a death as it happens instead of polling for it."""
+
+    @abc.abstractmethod
+    def wait_gone(self, worker: Any) -> bool:
+        """Block until ``worker`` (a ``WorkerProcess`` row) is gone: True; or until
+        ``interrupt()`` or a lost connection: False. A worker already gone returns at once."""
+
+    @abc.abstractmethod
+    def interrupt(self) -> None:
+        """Make the ``wait_gone`` running now, or the next one, return False (any thread)."""
+
+    def close(self) -> None:
+        """Free what the watch holds (a connection)."""
+        return None
+
+
+def reapable(now: datetime | None, gone: Collection[str]) -> Q:
+    """Running jobs the reaper takes back: their lease expired (by the database's clock, or
+    ``now``), or their worker is one of ``gone``."""
+    expired = Q(lease_expires_at__lt=Now() if now is None else now)
+    return expired | Q(lease_owner__in=gone) if gone else expired
 
 
 def spare(
@@ -664,28 +702,58 @@ class Driver(abc.ABC):
         now: datetime | None = None,
         spare_owner: str | None = None,
         spare_ids: Collection[int] | None = None,
+        gone: Collection[str] = (),
     ) -> list[Expired]:
-        """Running jobs whose lease expired, oldest id first, up to ``limit``, locked until the
-        caller's transaction ends. Rows another session holds locked are skipped (a long
-        transaction that called cancel_job must not stall every reaper); SQLite, which has no
-        row locks, holds its write lock instead (BEGIN IMMEDIATE). ``spare_owner``'s jobs are
-        left alone: all of them, or only ``spare_ids`` when given (see ``Reaper``)."""
+        """Running jobs whose lease expired, or whose worker is one of ``gone`` (liveness),
+        oldest id first, up to ``limit``, locked until the caller's transaction ends. Rows
+        another session holds locked are skipped (a long transaction that called cancel_job
+        must not stall every reaper); SQLite, which has no row locks, holds its write lock
+        instead (BEGIN IMMEDIATE). ``spare_owner``'s jobs are left alone: all of them, or only
+        ``spare_ids`` when given (see ``Reaper``)."""
         candidates = spare(
-            Job.objects.using(self.alias).filter(
-                status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
-            ),
+            Job.objects.using(self.alias).filter(reapable(now, gone), status=Status.RUNNING),
             spare_owner,
             spare_ids,
+        )
+        owner_gone: Any = (
+            Case(When(lease_owner__in=gone, then=Value(True)), default=Value(False))
+            if gone
+            else Value(False)
         )
         rows = (
             candidates.order_by("id")
             .select_for_update(skip_locked=True)
-            .values_list("id", "attempt", "max_attempts", "lease_owner", "queue")[:limit]
+            .annotate(owner_gone=owner_gone)
+            .values_list("id", "attempt", "max_attempts", "lease_owner", "queue", "owner_gone")[
+                :limit
+            ]
         )
         return [
-            Expired(id=pk, attempt=attempt, max_attempts=budget, owner=owner or "", queue=queue)
-            for pk, attempt, budget, owner, queue in rows
-        ]
+            Expired(
+                id=pk, attempt=attempt, max_attempts=budget, owner=owner or "", queue=queue,
+                owner_gone=bool(owner_gone),
+            )
+            for pk, attempt, budget, owner, queue, owner_gone in rows
+        ]  # fmt: skip
+
+    # --- liveness -----------------------------------------------------------------------------
+
+    def gone_workers(self) -> Collection[str]:
+        """The ids of registered workers whose process is known to be gone, by what the
+        database or the host tells at once (``WorkerProcess.liveness``); a worker without a
+        liveness token is never among them (its jobs wait for their leases). A collection
+        usable as ``id__in=`` in a query (a vendor may return a subquery, run with it)."""
+        return ()
+
+    def liveness_token(self) -> str | None:
+        """This process's liveness token where the vendor takes it from the process itself
+        (SQLite: its pid on its host), or None (PostgreSQL: the worker's LISTEN connection
+        holds it, ``listener().liveness``)."""
+        return None
+
+    def worker_watch(self) -> WorkerWatch | None:
+        """A ``WorkerWatch`` for another worker's death, or None where none can be had."""
+        return None
 
     @abc.abstractmethod
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
@@ -724,11 +792,19 @@ class Driver(abc.ABC):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        on_standby: Callable[[], None] = lambda: None,
     ) -> Any:
         """A started background listener, or None if unsupported. It calls ``on_ready(queue)``
         when a queue has new ready jobs (``on_ready(None)`` after a reconnect: poll once) and
         ``on_abort(job id, reason)`` when a running job must stop (``notify_abort``); ``name``
-        as in ``name_session``."""
+        as in ``name_session``. Where a watch of the maintainer costs a connection, it also
+        holds this worker's standby slot (``standby``, ``want_standby``) and calls
+        ``on_standby()`` when that changes."""
+        return None
+
+    def notify_standby_free(self) -> None:
+        """Tell the listening workers that a standby slot may be free (a worker died), so that
+        one that has none tries to take it (see ``listener``); nothing where there are none."""
         return None
 
     def is_lock_timeout(self, exc: BaseException) -> bool:

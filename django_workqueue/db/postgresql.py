@@ -27,6 +27,7 @@ from django.db.models import QuerySet
 
 from ..outcomes import Outcome
 from ..states import TERMINAL
+from . import pg_liveness
 from .base import (
     BatchClaim,
     ClaimedJob,
@@ -868,6 +869,10 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [ABORT_CHANNEL, f"{job_id}:{reason}"])
 
+    def notify_standby_free(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, pg_liveness.STANDBY_FREE])
+
     def is_lock_timeout(self, exc: BaseException) -> bool:
         return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
 
@@ -876,14 +881,30 @@ class PostgresDriver(Driver):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        on_standby: Callable[[], None] = lambda: None,
     ) -> Listener:
         from ..conf import workqueue_settings as conf
 
         listener = Listener(
-            listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name
-        )
+            listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name,
+            standbys=int(conf.MAINTAINER_STANDBYS), on_standby=on_standby,
+        )  # fmt: skip
         listener.start()
         return listener
+
+    def gone_workers(self) -> Any:
+        return pg_liveness.gone_workers()
+
+    def worker_watch(self) -> pg_liveness.SessionWatch | None:
+        from ..conf import workqueue_settings as conf
+
+        if not conf.LISTEN_NOTIFY:  # no direct connection is asked for: leases only
+            return None
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return None
+        return pg_liveness.SessionWatch(listen_params(self.connection, conf.LISTEN_DSN))
 
     # --- configuration: system checks and start-up errors ----------------------------------------
 
@@ -977,7 +998,8 @@ class Listener(threading.Thread):
     It hears two channels: new ready jobs of a queue, and requests to abort a running job. It
     reconnects with backoff when the connection drops and then calls ``on_ready(None)``,
     so the worker polls once for anything announced while it was deaf (an abort missed then is
-    found by the heartbeat). Polling stays on regardless.
+    found by the heartbeat). Polling stays on regardless. Its session holds the worker's
+    liveness key (``liveness``, None while it is down; see ``pg_liveness``).
     ``name``, if given, is the connection's application_name (the worker's session name).
     """
 
@@ -987,6 +1009,9 @@ class Listener(threading.Thread):
         on_ready: Callable[[str | None], None],
         on_abort: Callable[[int, str], None],
         name: str = "",
+        *,
+        standbys: int = 0,
+        on_standby: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(name="workqueue-listener", daemon=True)
         # The worker's name wins over an application_name of the settings or of LISTEN_DSN.
@@ -996,6 +1021,17 @@ class Listener(threading.Thread):
         self.stopping = threading.Event()
         self.connected = threading.Event()
         self.connection: Any = None
+        self.liveness: str | None = None
+        """The liveness key this listener's session holds; kept after a disconnect, so that
+        the reconnect takes the same one again."""
+        self.standbys = standbys
+        self.on_standby = on_standby
+        """Called (on this thread) when ``standby`` changes."""
+        self.standby: int | None = None
+        """The standby slot this listener's session holds (``pg_liveness.take_standby``)."""
+        self._standby_lock = threading.Lock()
+        self._standby_wanted = standbys > 0
+        self._standby_due = False  # a slot to try or to give up at the next turn
 
     def run(self) -> None:
         import psycopg
@@ -1005,6 +1041,11 @@ class Listener(threading.Thread):
             try:
                 self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:
+                    # The worker's liveness: held as long as this session lives (pg_liveness).
+                    self.liveness = pg_liveness.hold(self.connection, self.liveness)
+                    with self._standby_lock:
+                        self._standby_due = self._standby_wanted
+                    self._tend_standby(listening=False)
                     self.connection.execute(f"LISTEN {CHANNEL}")
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
@@ -1013,8 +1054,12 @@ class Listener(threading.Thread):
                     while not self.stopping.is_set():
                         for notice in self.connection.notifies(timeout=1.0):
                             self._dispatch(notice.channel, notice.payload)
+                        self._tend_standby()  # the connection is free between two waits
+                    self.want_standby(False)
+                    self._tend_standby()  # a slot given up on the way out: another takes it
             except Exception as exc:
                 self.connected.clear()
+                self._lost_standby()
                 if self.stopping.is_set():
                     break
                 # Deaf now: the worker must poll at POLL_INTERVAL, not sleep out the long poll
@@ -1025,7 +1070,43 @@ class Listener(threading.Thread):
                 backoff = min(backoff * 2, 5.0)
         self.connected.clear()
 
+    def want_standby(self, wanted: bool) -> None:
+        """Hold a standby slot (at the next turn, if one is free) or give it up (any thread)."""
+        with self._standby_lock:
+            self._standby_wanted = wanted and self.standbys > 0
+            self._standby_due = self._standby_wanted != (self.standby is not None)
+
+    def _tend_standby(self, listening: bool = True) -> None:
+        """Take a free slot or give the held one up, if asked: one statement (and, once
+        ``listening``, a LISTEN again, so that pg_stat_activity still shows a listener)."""
+        with self._standby_lock:
+            due, wanted = self._standby_due, self._standby_wanted
+            self._standby_due = False
+        if not due:
+            return
+        held = self.standby
+        if wanted and held is None:
+            self.standby = pg_liveness.take_standby(self.connection, self.standbys)
+        elif not wanted and held is not None:
+            pg_liveness.release_standby(self.connection, held, CHANNEL)
+            self.standby = None
+        if listening and not self.stopping.is_set():
+            self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
+        if self.standby != held:
+            logger.debug("standby slot: %s -> %s", held, self.standby)
+            self.on_standby()
+
+    def _lost_standby(self) -> None:
+        """The session ended, and its slot with it."""
+        if self.standby is not None:
+            self.standby = None
+            self.on_standby()
+
     def _dispatch(self, channel: str, payload: str) -> None:
+        if payload == pg_liveness.STANDBY_FREE:
+            with self._standby_lock:  # try at the next turn, if this worker wants one
+                self._standby_due |= self._standby_wanted and self.standby is None
+            return
         if channel != ABORT_CHANNEL:
             self.on_ready(payload)
             return

@@ -9,6 +9,8 @@ clock (SQLite has no server), read by SQLite itself as ``strftime(…, 'now')``.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from .. import process_identity
+from ..models import WorkerProcess
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
@@ -33,6 +37,7 @@ from .base import (
     Progress,
     Recorded,
     Timing,
+    WorkerWatch,
     counter_batch,
     inserted_positions,
 )
@@ -519,6 +524,26 @@ class SQLiteDriver(Driver):
             cursor.execute(f"SELECT {_CLOCK}", ())  # params: `%%` unescaped
             return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
 
+    # --- liveness: one host by definition, so a worker's pid tells ---------------------------
+
+    def gone_workers(self) -> list[str]:
+        rows = (
+            WorkerProcess.objects.using(self.alias)
+            .filter(host=socket.gethostname())
+            .exclude(liveness="")
+        )
+        return [
+            worker_id
+            for worker_id, pid, token in rows.values_list("id", "pid", "liveness")
+            if process_identity.is_gone(pid, token)
+        ]
+
+    def liveness_token(self) -> str | None:
+        return process_identity.own_token()
+
+    def worker_watch(self) -> PidWatch:
+        return PidWatch()
+
     # --- configuration: system checks and start-up errors ----------------------------------------
 
     @classmethod
@@ -592,3 +617,25 @@ def _parse(value: Any) -> datetime | None:
         return None
     parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class PidWatch(WorkerWatch):
+    """Looks at a worker's pid on this host every ``INTERVAL`` (no query: the kernel answers)."""
+
+    INTERVAL = 0.2
+
+    def __init__(self) -> None:
+        self._interrupted = threading.Event()
+
+    def wait_gone(self, worker: Any) -> bool:
+        if worker.host != socket.gethostname() or not worker.liveness:
+            self._interrupted.wait()  # not ours to see: until the holder changes
+        while not self._interrupted.is_set():
+            if process_identity.is_gone(worker.pid, worker.liveness):
+                return True
+            self._interrupted.wait(self.INTERVAL)
+        self._interrupted.clear()
+        return False
+
+    def interrupt(self) -> None:
+        self._interrupted.set()

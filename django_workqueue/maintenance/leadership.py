@@ -41,17 +41,22 @@ class Leadership:
         self.held = False
         """Whether the last ``hold()`` took or renewed the lease."""
 
-    def hold(self, now: datetime | None = None) -> bool:
-        """Take the lease if it is free or expired, or renew it if ``owner`` holds it; return
-        whether ``owner`` holds it now. ``now`` replaces the database's clock (tests)."""
+    def hold(self, now: datetime | None = None, *, gone_holder: str | None = None) -> bool:
+        """Take the lease if it is free or expired, or held by ``gone_holder`` (a worker that
+        liveness saw die), or renew it if ``owner`` holds it; return whether ``owner`` holds it
+        now. ``now`` replaces the database's clock (tests)."""
         clock: Any = Now() if now is None else now
         expires = clock + timedelta(seconds=self.seconds)
         rows = MaintenanceLease.objects.using(self.alias).filter(name=self.name)
+        takeable = Q(owner=self.owner) | Q(expires_at__lt=clock)
+        if gone_holder is not None:
+            takeable |= Q(owner=gone_holder)
         with transaction.atomic(using=self.alias):
             driver_for(self.alias).bound_lock_waits()  # a stuck holder's row: fail, retry later
-            # One guarded UPDATE: renewed by its holder, or taken over once expired; on
-            # PostgreSQL a concurrent taker waits for the row and then finds it taken.
-            taken = rows.filter(Q(owner=self.owner) | Q(expires_at__lt=clock)).update(
+            # One guarded UPDATE: renewed by its holder, or taken over once expired or its
+            # holder gone (still that holder: of two takers, one wins); on PostgreSQL a
+            # concurrent taker waits for the row and then finds it taken.
+            taken = rows.filter(takeable).update(
                 owner=self.owner,
                 expires_at=expires,
                 acquired_at=Case(When(owner=self.owner, then=F("acquired_at")), default=clock),
@@ -90,7 +95,11 @@ class Leadership:
     def seconds_left(self) -> float:
         """How long the lease has left by the database's clock (one read, nothing written):
         0.0 when it is free, expired, or held by ``owner`` (whose ``hold()`` renews it). A
-        would-be holder need not try before then."""
+        would-be holder need not try before then, unless its holder is gone (liveness)."""
+        return self.state()[0]
+
+    def state(self) -> tuple[float, str | None]:
+        """``seconds_left()`` and who holds the lease while it has some left (one read)."""
         row = (
             MaintenanceLease.objects.using(self.alias)
             .filter(name=self.name)
@@ -99,9 +108,10 @@ class Leadership:
             .first()
         )
         if row is None or row[0] == self.owner:
-            return 0.0
-        _, expires_at, clock = row
-        return max(0.0, (expires_at - clock).total_seconds())
+            return 0.0, None
+        owner, expires_at, clock = row
+        left = max(0.0, (expires_at - clock).total_seconds())
+        return left, owner if left else None
 
     def holder(self) -> str | None:
         """Who holds the lease now (by the database's clock), or None."""

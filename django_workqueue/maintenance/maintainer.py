@@ -10,8 +10,12 @@ lease (a ``MaintenanceLease`` row on the database's clock, ``leadership.py``):
 * the holder renews it every third of ``WORKQUEUE["MAINTENANCE_LEASE_SECONDS"]`` and runs the
   services only while its last renewal surely holds;
 * the others read the lease (one SELECT) and come back when it would expire, so a healthy
-  holder costs each of them one read per two thirds of a lease or more, and a crashed holder
-  is replaced within one lease (plus a small jitter);
+  holder costs each of them one read per two thirds of a lease or more;
+* a holder that dies is replaced within about a second, whatever the lease (liveness, see
+  ``liveness.py``): a few other workers, its standbys, watch it at no cost to the database
+  but a connection each (``HolderWatch``) and, told of its death, take the lease over at
+  once; the others, and every worker when the holder has no liveness token, take it over
+  when its lease runs out (plus a small jitter);
 * a worker that stops releases the lease at the start of its drain and, on PostgreSQL,
   announces it (``RELEASED``, a NOTIFY), so the others try at once instead of at the expiry.
 
@@ -35,7 +39,9 @@ import time
 from collections.abc import Callable, Collection
 
 from ..conf import workqueue_settings as conf
+from ..db import driver_for
 from .leadership import Leadership
+from .liveness import Holder, HolderWatch, look_up
 from .promoter import Promoter
 from .reaper import Reaper
 from .retention import Retention
@@ -65,10 +71,24 @@ class Maintainer:
         *,
         listening: Callable[[], bool],
         running: Callable[[], Collection[int]] | None = None,
+        wake: Callable[[], None] = lambda: None,
+        standby: Callable[[], bool] = lambda: True,
+        stand_by: Callable[[bool], None] = lambda wanted: None,
     ) -> None:
         self.alias = alias
         self.owner = owner
         self.listening = listening
+        self.wake = wake
+        """Wakes the worker's loop (the holder's death was heard on another thread)."""
+        self.standby = standby
+        """Whether this worker may watch the holder now: it holds a standby slot
+        (``WORKQUEUE["MAINTAINER_STANDBYS"]``, where a watch costs a connection)."""
+        self.stand_by = stand_by
+        """Asks for a standby slot (True) or gives it up (False: this worker maintains)."""
+        self._standing_by = True  # what was last asked of stand_by (the listener asks first)
+        self._known: Holder | None = None  # the holder as liveness last saw it
+        self._watch: HolderWatch | None = None
+        self._watch_tried = False
         self.leadership = Leadership(
             alias, LEASE_NAME, owner=owner, seconds=float(conf.MAINTENANCE_LEASE_SECONDS)
         )
@@ -145,10 +165,17 @@ class Maintainer:
         if not self.leading:
             self.next_check = min(self.next_check, time.monotonic() + random.uniform(0, 0.5))
 
+    def standby_changed(self) -> None:
+        """This worker took or lost a standby slot (another thread): look again at once."""
+        self.next_check = time.monotonic()
+        self.wake()
+
     def release(self) -> bool:
         """Give the lease up (a stopping worker); return whether this worker held it."""
         self._held_until = -math.inf
         self.next_check = math.inf
+        if self._watch is not None:
+            self._watch.stop()
         released = self.leadership.release()
         if released:
             logger.info("%s released the maintenance lease", self.owner)
@@ -159,9 +186,12 @@ class Maintainer:
     def _check(self, at: float) -> None:
         seconds = self.leadership.seconds
         # The holder renews without reading first; the others read, and write only once the
-        # lease has run out.
-        left = 0.0 if self.leadership.held else self.leadership.seconds_left()
-        if not left and self.leadership.hold():
+        # lease has run out or its holder is gone.
+        left, holder = (0.0, None) if self.leadership.held else self.leadership.state()
+        gone = self._gone(holder)
+        if (not left or gone) and self.leadership.hold(gone_holder=gone):
+            self._follow(None)
+            self._stand_by(False)  # a watch slot it no longer needs: another worker's now
             if not self.leading:  # taken: what waited for a maintainer is due now
                 for service in (self.promoter, self.reaper, self.scheduler):
                     service.next_run = min(service.next_run, at)
@@ -171,10 +201,53 @@ class Maintainer:
             self.next_check = at + seconds / RENEWALS_PER_LEASE
             return
         self._held_until = -math.inf
-        if not left:  # another worker took it first, or took it over from this one
-            left = self.leadership.seconds_left()
-        # Come back when the holder's lease would run out: a live holder has renewed by then.
+        self._stand_by(True)
+        if not left or gone:  # another worker took it first, or took it over from this one
+            left, holder = self.leadership.state()
+            self._gone(holder)  # the new holder, to watch
+        # Come back when the holder's lease would run out: a live holder has renewed by then
+        # (and one that dies sooner is heard of through the watch).
         self.next_check = at + max(left, seconds / 20) + random.uniform(0, min(1.0, seconds / 20))
+
+    def _gone(self, holder: str | None) -> str | None:
+        """``holder`` if liveness says it is gone. A holder already known costs nothing; a
+        new one costs one read, and is watched from then on (by a standby)."""
+        known = self._known
+        seen = known is not None and known.id == holder and known.liveness and not known.gone
+        if holder is None:
+            return None
+        if not seen:
+            self._known = look_up(self.alias, driver_for(self.alias), holder)
+            if self._known is None or self._known.gone:
+                return holder if self._known is not None else None
+        self._follow(self._known)
+        return None
+
+    def _stand_by(self, wanted: bool) -> None:
+        if wanted != self._standing_by:
+            self._standing_by = wanted
+            self.stand_by(wanted)
+
+    def _follow(self, holder: Holder | None) -> None:
+        """Watch ``holder`` if this worker is a standby; else watch nobody (no connection)."""
+        if holder is not None and not self.standby():
+            holder = None
+        if self._watch is None and holder is not None and not self._watch_tried:
+            self._watch_tried = True
+            watch = driver_for(self.alias).worker_watch()
+            if watch is not None:
+                self._watch = HolderWatch(watch, self._holder_gone)
+                self._watch.start()
+        if self._watch is not None:
+            self._watch.follow(holder)
+
+    def _holder_gone(self, holder: str) -> None:
+        """The watch saw the holder die (its thread): look again at once."""
+        known = self._known
+        if known is not None and known.id == holder:
+            self._known = None
+        self.next_check = time.monotonic()
+        self.wake()
 
     def _promote(self, at: float, listening: bool) -> int:
         interval = self.promoter.interval

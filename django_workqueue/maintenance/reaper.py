@@ -1,4 +1,5 @@
-"""The reaper: running jobs whose lease expired go back to ready, or end once their attempts
+"""The reaper: running jobs whose lease expired, or whose worker is gone (liveness, see
+``liveness.py``: at once, whatever the lease), go back to ready, or end once their attempts
 are spent (or ``cancelled`` if cancellation was requested).
 
 A crashed attempt counts as an attempt, so a job that kills its worker every time (a poison
@@ -22,7 +23,7 @@ from django.db.models.functions import Now
 from .. import signalling, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
-from ..db.base import spare
+from ..db.base import reapable, spare
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -65,10 +66,10 @@ class Reaper(Service):
         """Reap expired leases once; return how many jobs were reaped."""
         driver = driver_for(self.alias)
         spared = self.spare_ids() if self.spare_ids is not None else None
+        # Workers that liveness saw die (a subquery on PostgreSQL: the same one statement).
+        gone = driver.gone_workers()
         any_expired = spare(
-            Job.objects.using(self.alias).filter(
-                status=Status.RUNNING, lease_expires_at__lt=Now() if now is None else now
-            ),
+            Job.objects.using(self.alias).filter(reapable(now, gone), status=Status.RUNNING),
             self.spare_owner,
             spared,
         )
@@ -78,7 +79,7 @@ class Reaper(Service):
         with transaction.atomic(using=self.alias):
             # Locked until the writes commit.
             expired = driver.expired_leases(
-                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared
+                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared, gone=gone
             )
             reaped: list[Expired] = []
             ended: list[Ended] = []
@@ -109,10 +110,12 @@ class Reaper(Service):
             # Jobs back in ready wake the workers of their queues (not those that ended).
             queues = {row.queue for row in reaped if not lease_expired(row).spent}
             driver.notify(queues)
+            if any(row.owner_gone for row in reaped):  # a dead standby's slot is free now
+                driver.notify_standby_free()
         if reaped:
             wakeup.wake(queues)
             logger.warning(
-                "reaped %d job(s) whose worker stopped renewing: %s",
+                "reaped %d job(s) whose worker is gone or stopped renewing: %s",
                 len(reaped), [row.id for row in reaped],
             )  # fmt: skip
         self._housekeeping(driver, now)
@@ -129,7 +132,10 @@ class Reaper(Service):
     def _forget_gone_workers(self, now: datetime | None) -> None:
         stats_counters.forget_old(self.alias, now)  # the stats' counters older than an hour
         cutoff = (now - _WORKER_GONE_AFTER) if now is not None else Now() - _WORKER_GONE_AFTER
-        WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff).delete()
+        stale = WorkerProcess.objects.using(self.alias).filter(last_seen_at__lt=cutoff)
+        deleted, _ = stale.delete()
+        if deleted:  # workers gone: if one was a standby, its slot is free
+            driver_for(self.alias).notify_standby_free()
 
     def _forget_expired_claims(self, driver: Driver, now: datetime | None) -> None:
         # Idempotency claims past their expires_at (context.claim): one bounded DELETE per
@@ -142,10 +148,16 @@ class Reaper(Service):
 
 
 def lease_expired(row: Expired) -> Outcome:
-    message = (
-        f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
-        f"the attempt counts"
-    )
+    if row.owner_gone:
+        message = (
+            f"worker {row.owner} is gone (its process ended: killed or crashed); its lease "
+            f"was ended at once; the attempt counts"
+        )
+    else:
+        message = (
+            f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
+            f"the attempt counts"
+        )
     return Outcome(
         job_id=row.id, attempt=row.attempt, kind=OutcomeKind.LEASE_EXPIRED,
         max_attempts=row.max_attempts,

@@ -1,5 +1,9 @@
-"""The worker's row in ``WorkerProcess``: for dashboards and ``operations.scale_worker`` (recovery
-depends on leases, never on this row).
+"""The worker's row in ``WorkerProcess``: for dashboards, ``operations.scale_worker`` and liveness.
+
+The row's ``liveness`` is the token that tells the fleet's maintainer, without waiting for a
+lease, that this process is gone (``maintenance/liveness.py``): on PostgreSQL the key its LISTEN
+session holds, on SQLite its pid's identity on its host. It is written only once the token
+holds, so a worker is never taken for dead before it could be seen alive.
 
 The row shows the host, pid, queues, when the worker started, when it was last seen and how many
 jobs it was running then (both written by each heartbeat), the slots the worker has now
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from django.db.models.functions import Now
 
@@ -29,6 +33,7 @@ class Registration:
         *,
         concurrency_range: tuple[int, int] | None = None,
         queue_slots: Mapping[str, int] | None = None,
+        liveness: Callable[[], str | None] = lambda: None,
     ):
         self.alias = alias
         self.worker_id = worker_id
@@ -36,10 +41,15 @@ class Registration:
         self.concurrency = concurrency
         self.concurrency_range = concurrency_range
         self.queue_slots = dict(queue_slots or {})
+        self.liveness = liveness
+        """The liveness token this process holds now (None: none yet, or lost)."""
+        self.declared: str | None = None
+        """The token the row shows."""
         self.registered = False
 
     def register(self) -> None:
         floor, ceiling = self.concurrency_range or (None, None)
+        token = self.liveness()
         WorkerProcess.objects.using(self.alias).update_or_create(
             id=self.worker_id,
             defaults={
@@ -50,9 +60,21 @@ class Registration:
                 "concurrency_min": floor,
                 "concurrency_max": ceiling,
                 "queue_slots": self.queue_slots,
+                "liveness": token or "",
             },
         )
         self.registered = True
+        self.declared = token
+
+    def declare_liveness(self) -> None:
+        """Show a token taken (or taken anew) since the last write; nothing to write otherwise.
+        A token lost meanwhile stays shown: the maintainer then takes this worker for dead, as
+        it must when the session that proved it alive is gone."""
+        token = self.liveness()
+        if token is None or token == self.declared:
+            return
+        WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).update(liveness=token)
+        self.declared = token
 
     def beat(self, running: int = 0) -> int | None:
         """Mark the worker seen now, running ``running`` jobs; return the slots

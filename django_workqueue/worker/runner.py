@@ -132,11 +132,13 @@ class Worker:
         self.registration = Registration(
             self.alias, self.id, self.queues, self.concurrency, queue_slots=queue_slots,
             concurrency_range=(concurrency, max_concurrency) if max_concurrency else None,
+            liveness=self._liveness,
         )  # fmt: skip
         # Promoter, reaper, scheduler, retention: run while this worker holds the fleet's lease.
         self.maintainer = Maintainer(
-            self.alias, self.id, listening=self._listening, running=self._running_ids
-        )
+            self.alias, self.id, listening=self._listening, running=self._running_ids,
+            wake=self.wake.set, standby=self._standby, stand_by=self._stand_by,
+        )  # fmt: skip
         self._poll_now = True  # the next pass claims: woken, or the first pass
         self._last_poll = time.monotonic()  # the last claim of the slot loop
         self._poll_jitter = 1.0
@@ -222,7 +224,10 @@ class Worker:
         self.pool.start()
         wakeup.register(self.wake, self.queues)
         if conf.LISTEN_NOTIFY and self.driver.supports_listen_notify:
-            self._listener = self.driver.listener(self._on_ready, self._on_abort, self.session_name)
+            self._listener = self.driver.listener(
+                self._on_ready, self._on_abort, self.session_name,
+                on_standby=self.maintainer.standby_changed,
+            )  # fmt: skip
         logger.info(
             "worker %s started: queues=%s concurrency=%s pool=%s", self.id, self.queues,
             self.pool.queue_slots or self.registration.concurrency_range or self.concurrency,
@@ -302,6 +307,28 @@ class Worker:
             self._session = connection.connection
         if not self.registration.registered:
             self.registration.register()
+        self.registration.declare_liveness()
+
+    def _liveness(self) -> str | None:
+        """The liveness token this process holds now: its LISTEN session's key (PostgreSQL),
+        or what the driver takes from the process itself (SQLite: its pid on this host)."""
+        if self._listener is None:
+            return self.driver.liveness_token()
+        connected = getattr(self._listener, "connected", None)
+        held = connected is not None and connected.is_set()
+        return getattr(self._listener, "liveness", None) if held else None
+
+    def _standby(self) -> bool:
+        """Whether this worker may watch the maintainer: its listener holds a standby slot, or
+        it has no listener (a watch there costs no connection: SQLite's pid, or none at all)."""
+        if self._listener is None:
+            return True
+        return getattr(self._listener, "standby", None) is not None
+
+    def _stand_by(self, wanted: bool) -> None:
+        want = getattr(self._listener, "want_standby", None)
+        if want is not None:
+            want(wanted)
 
     def _heartbeat(self) -> None:
         now = time.monotonic()

@@ -49,7 +49,10 @@ def drain_and_stop(worker: Worker) -> None:
     worker.pool.stop()
     wakeup.unregister(worker.wake)
     if worker._listener is not None:
+        standby = getattr(worker._listener, "standby", None)
         worker._listener.stop()  # type: ignore[attr-defined]
+        if standby is not None:  # given up on the way out, with a NOTIFY: another takes it
+            worker._listener.join(timeout=2.0)  # type: ignore[attr-defined]
     if worker._loop is not None:
         worker._loop.close()
     try:

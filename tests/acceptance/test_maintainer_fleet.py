@@ -1,5 +1,5 @@
 """Three ``runworker`` processes elect one maintainer: only it runs the maintenance services;
-SIGKILLed, it is replaced within one lease and the fleet's maintenance goes on (a delayed job is
+SIGKILLed, it is replaced at once (liveness) and the fleet's maintenance goes on (a delayed job is
 promoted, an expired lease reaped); stopped with SIGTERM, it hands the lease over."""
 
 from __future__ import annotations
@@ -52,14 +52,13 @@ def test_one_maintainer_runs_the_fleets_maintenance_and_is_replaced_when_it_dies
     assert holder_among(workers) is leader
 
     killed_at = driver_for("default").now()
-    expired_at = lease().expires_at  # type: ignore[union-attr]
-    leader.kill()  # SIGKILL: no release, the lease must run out
+    leader.kill()  # SIGKILL: no release; the others see its session (or pid) end
     successor = wait_for(
         lambda: holder_among(others), alive=others, timeout=30, message="a new maintainer"
     )
 
     taken_at = lease().acquired_at  # type: ignore[union-attr]
-    assert expired_at <= taken_at  # taken over, never shared: the old lease had run out
+    assert killed_at <= taken_at  # taken over from a dead holder, never shared with a live one
     assert (taken_at - killed_at).total_seconds() <= LEASE + TAKE_OVER_SLACK
     delayed = add.using(delay=0.5).enqueue(2, 3)
     orphan = JobFactory(

@@ -202,6 +202,22 @@ def test_a_zero_shutdown_grace_is_fine():
         assert check_settings() == []
 
 
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None])
+def test_maintainer_standbys_must_be_a_whole_number_from_zero(value):
+    with workqueue(MAINTAINER_STANDBYS=value):
+        message = only(check_settings())
+    assert message.msg == (
+        f"WORKQUEUE['MAINTAINER_STANDBYS'] must be a whole number >= 0, got {value!r}."
+    )
+    assert "direct connection" in message.hint
+
+
+@pytest.mark.parametrize("value", [0, 1, 5])
+def test_zero_or_more_maintainer_standbys_are_fine(value):
+    with workqueue(MAINTAINER_STANDBYS=value):
+        assert check_settings() == []
+
+
 def test_every_bad_value_is_reported_at_once():
     with workqueue(POLL_INTERVAL=0, MAX_PAYLOAD_BYTES=-1, RETRY_JITTER=2):
         assert len(check_settings()) == 3

@@ -1,0 +1,117 @@
+"""Liveness: a crash is seen when it happens, not when a lease runs out.
+
+Each worker records in its ``WorkerProcess`` row a token of something that ends with its
+process (``worker/registration.py``): on PostgreSQL an advisory lock its LISTEN session holds,
+which the server drops with the session (``db/pg_liveness.py``); on SQLite, one host by
+definition, its pid and that pid's start. From it:
+
+* the reaper takes back at once the running jobs of every worker that is gone
+  (``Driver.gone_workers``), whatever their lease;
+* the maintenance lease follows its holder: a would-be maintainer that finds the holder gone
+  takes the lease over at once (``Leadership.hold(gone_holder=...)``), and a few other
+  workers, the standbys, watch the holder at no cost to the database (``HolderWatch``: on
+  PostgreSQL a lock wait on a connection of its own, held by at most
+  ``WORKQUEUE["MAINTAINER_STANDBYS"]`` workers, ``db/pg_liveness.py``; on SQLite a look at the
+  pid, by every worker), so a dead maintainer is replaced within about a second instead of a
+  lease.
+
+Leases stay the fallback for what liveness cannot see: a process alive but cut off from the
+database, a body that hangs, a worker without a token (no LISTEN connection, no ``/proc``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db.models import Case, Value, When
+
+from ..db import Driver, WorkerWatch
+from ..models import WorkerProcess
+
+logger = logging.getLogger("django_workqueue.maintenance")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A worker as liveness sees it: its row's host, pid and token, and whether it is gone."""
+
+    id: str
+    host: str
+    pid: int
+    liveness: str
+    gone: bool
+
+
+def look_up(alias: str, driver: Driver, worker_id: str) -> Holder | None:
+    """The worker ``worker_id`` as liveness sees it now (one read), or None if it has no row."""
+    gone = driver.gone_workers()
+    is_gone = (
+        Case(When(id__in=gone, then=Value(True)), default=Value(False)) if gone else Value(False)
+    )
+    row = (
+        WorkerProcess.objects.using(alias)
+        .filter(id=worker_id)
+        .annotate(gone=is_gone)
+        .values_list("host", "pid", "liveness", "gone")
+        .first()
+    )
+    if row is None:
+        return None
+    host, pid, token, dead = row
+    return Holder(worker_id, host, pid, token, bool(dead and token))
+
+
+class HolderWatch(threading.Thread):
+    """Waits for the maintenance lease's holder to die and then calls ``on_gone``: the
+    maintainer (its control thread) says whom to watch with ``follow``."""
+
+    def __init__(self, watch: WorkerWatch, on_gone: Callable[[str], None]) -> None:
+        super().__init__(name="workqueue-holder-watch", daemon=True)
+        self.watch = watch
+        self.on_gone = on_gone
+        self.following: Holder | None = None
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._stopping = threading.Event()
+
+    def follow(self, holder: Holder | None) -> None:
+        """Watch ``holder`` from now on (None: nobody, e.g. this worker holds the lease)."""
+        with self._lock:
+            if holder == self.following:
+                return
+            self.following = holder
+            self._changed.set()
+        self.watch.interrupt()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.follow(None)
+        self._changed.set()
+        self.watch.interrupt()
+
+    def run(self) -> None:
+        backoff = 1.0
+        try:
+            while not self._stopping.is_set():
+                with self._lock:
+                    holder = self.following
+                    self._changed.clear()
+                if holder is None:
+                    self.watch.close()  # nobody to watch: no connection held meanwhile
+                    self._changed.wait()
+                    continue
+                if self.watch.wait_gone(holder):
+                    backoff = 1.0
+                    with self._lock:
+                        if self.following == holder:
+                            self.following = None  # until the maintainer says who is next
+                    logger.info("the maintainer %s is gone: taking over", holder.id)
+                    self.on_gone(holder.id)
+                elif not self._changed.is_set():  # no connection (the server full?): back off
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 60.0)
+        finally:
+            self.watch.close()

@@ -1,0 +1,361 @@
+"""Liveness from the inside (``maintenance/liveness.py``, ``db/pg_liveness.py``): a worker's
+token tells its death, the maintenance lease follows a gone holder, the watches hear a death,
+and on PostgreSQL only ``MAINTAINER_STANDBYS`` workers keep a watch connection, a free slot
+being taken after the NOTIFY that announces it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_workqueue import process_identity
+from django_workqueue.conf import workqueue_settings as conf
+from django_workqueue.db import driver_for
+from django_workqueue.db.pg_liveness import STANDBY_FREE
+from django_workqueue.maintenance.leadership import Leadership
+from django_workqueue.maintenance.liveness import HolderWatch, look_up
+from django_workqueue.maintenance.maintainer import Maintainer
+from django_workqueue.maintenance.reaper import Reaper
+from django_workqueue.models import WorkerProcess
+from tests.support.database import fresh, listening
+from tests.support.factories import JobFactory
+from tests.support.waiting import wait_until
+
+T0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's pid liveness")
+
+
+def register(worker_id: str, liveness: str, pid: int | None = None) -> WorkerProcess:
+    return WorkerProcess.objects.create(
+        id=worker_id, host=socket.gethostname(), pid=pid or os.getpid(), concurrency=1,
+        liveness=liveness,
+    )  # fmt: skip
+
+
+@contextmanager
+def child_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of this host that runs until killed."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_until(lambda: process_identity.token_of(child.pid), message="the child to start")
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def watching(watch: Any, worker: Any) -> tuple[threading.Thread, list[bool]]:
+    """``watch.wait_gone(worker)`` on a thread; its answer lands in the list."""
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(watch.wait_gone(worker)))
+    thread.start()
+    return thread, answers
+
+
+# --- the lease follows a gone holder (both databases) ----------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_lease_is_taken_over_from_its_gone_holder_at_once_and_from_nobody_else():
+    a, b = (Leadership("default", "maintenance", owner=o, seconds=600) for o in "ab")
+    assert a.hold(now=T0)
+
+    assert not b.hold(now=T0, gone_holder="someone-else")  # not the holder: still a's
+    assert b.hold(now=T0, gone_holder="a")  # a is gone: taken, 600 s before the expiry
+
+    assert not a.hold(now=T0)
+    assert not Leadership("default", "maintenance", owner="c", seconds=600).hold(
+        now=T0, gone_holder="a"
+    )  # b holds it now: a's death no longer gives it away
+
+
+# --- SQLite: the pid on its one host ---------------------------------------------------------
+
+
+@sqlite_only
+@pytest.mark.django_db
+def test_sqlite_sees_a_worker_gone_when_its_process_has_exited():
+    driver = driver_for("default")
+    assert driver.liveness_token() == process_identity.own_token()
+    register("me", driver.liveness_token() or "")
+    with child_process() as child:
+        register("child", process_identity.token_of(child.pid) or "", pid=child.pid)
+        register("no-token", "", pid=child.pid)
+        assert list(driver.gone_workers()) == []
+        child.kill()
+        child.wait()
+
+        assert list(driver.gone_workers()) == ["child"]
+    assert look_up("default", driver, "child").gone  # type: ignore[union-attr]
+    assert not look_up("default", driver, "me").gone  # type: ignore[union-attr]
+
+
+@sqlite_only
+@pytest.mark.django_db
+def test_the_pid_watch_returns_when_the_process_exits_or_when_interrupted():
+    with child_process() as child:
+        worker = look_up(
+            "default", driver_for("default"),
+            register("child", process_identity.token_of(child.pid) or "", child.pid).id,
+        )  # fmt: skip
+        watch = driver_for("default").worker_watch()
+        thread, answers = watching(watch, worker)
+        watch.interrupt()
+        thread.join(10)
+        assert answers == [False]
+
+        thread, answers = watching(watch, worker)
+        child.kill()
+        thread.join(10)
+    assert answers == [True]
+
+
+# --- PostgreSQL: the session's advisory lock -------------------------------------------------
+
+
+def direct_connection() -> Any:
+    import psycopg
+
+    from django_workqueue.db.postgresql import listen_params
+
+    return psycopg.connect(**listen_params(connection, conf.LISTEN_DSN), autocommit=True)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_sees_a_worker_gone_when_its_session_ends():
+    from django_workqueue.db import pg_liveness
+
+    driver = driver_for("default")
+    with direct_connection() as alive, direct_connection() as dying:
+        register("alive", pg_liveness.hold(alive) or "")
+        register("dying", pg_liveness.hold(dying) or "")
+        register("no-token", "")
+        assert set(WorkerProcess.objects.filter(id__in=driver.gone_workers())) == set()
+        dying.close()
+
+        gone = WorkerProcess.objects.filter(id__in=driver.gone_workers())
+        assert list(gone.values_list("id", flat=True)) == ["dying"]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_the_session_watch_returns_when_the_session_ends_or_when_interrupted():
+    from django_workqueue.db import pg_liveness
+
+    with direct_connection() as holder:
+        token = pg_liveness.hold(holder) or ""
+        worker = look_up("default", driver_for("default"), register("h", token).id)
+        watch = driver_for("default").worker_watch()
+        thread, answers = watching(watch, worker)
+        wait_until(lambda: watch._busy and sessions_waiting() == 1, message="the watch to wait")
+        watch.interrupt()
+        thread.join(10)
+        assert answers == [False]
+
+        thread, answers = watching(watch, worker)
+        wait_until(lambda: sessions_waiting() == 1, message="the watch to wait")
+        holder.close()
+        thread.join(10)
+    assert answers == [True]
+    watch.close()
+
+
+def sessions_waiting() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_holder_watch_that_follows_nobody_keeps_no_connection():
+    from django_workqueue.db import pg_liveness
+
+    with direct_connection() as holder:
+        token = pg_liveness.hold(holder) or ""
+        worker = look_up("default", driver_for("default"), register("h", token).id)
+        session = driver_for("default").worker_watch()
+        watch = HolderWatch(session, on_gone=lambda worker_id: None)
+        watch.start()
+        try:
+            watch.follow(worker)
+            wait_until(lambda: sessions_waiting() == 1, message="the watch to wait")
+            watch.follow(None)  # this worker maintains now, or is no standby
+
+            wait_until(lambda: session.connection is None, message="the connection closed")
+            assert sessions_waiting() == 0
+        finally:
+            watch.stop()
+            watch.join(10)
+
+
+# --- PostgreSQL: at most MAINTAINER_STANDBYS watch -------------------------------------------
+
+
+@pytest.fixture
+def listeners() -> Iterator[Callable[..., Any]]:
+    """Start listeners as workers do (``Driver.listener``); each is stopped at the end."""
+    started: list[Any] = []
+
+    def start(count: int, standbys: int = 2) -> list[Any]:
+        from django_workqueue.db.postgresql import Listener, listen_params
+
+        params = listen_params(connection, conf.LISTEN_DSN)
+        batch = [
+            Listener(params, lambda queue: None, lambda job, why: None, standbys=standbys)
+            for _ in range(count)
+        ]
+        for listener in batch:
+            listener.start()
+            started.append(listener)
+        for listener in batch:
+            assert listener.connected.wait(10)
+        return batch
+
+    yield start
+    for listener in started:
+        listener.stop()
+    for listener in started:
+        listener.join(10)
+
+
+def standbys_of(listeners: list[Any]) -> list[Any]:
+    return [listener for listener in listeners if listener.standby is not None]
+
+
+def standby_keys_held() -> int:
+    from django_workqueue.db.pg_liveness import STANDBY_CLASS
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid = %s AND objsubid = 2",
+            [STANDBY_CLASS],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_of_four_workers_only_two_are_standbys(listeners):
+    four = listeners(4, standbys=2)
+
+    assert sorted(listener.standby for listener in standbys_of(four)) == [0, 1]
+    assert standby_keys_held() == 2
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_standby_hands_its_slot_to_another_worker(listeners):
+    four = listeners(4, standbys=2)
+    leaving = standbys_of(four)[0]
+    slot = leaving.standby
+
+    leaving.stop()
+    leaving.join(10)
+
+    stayed = [listener for listener in four if listener is not leaving]
+    wait_until(lambda: len(standbys_of(stayed)) == 2, message="another worker in the slot")
+    assert slot in {listener.standby for listener in stayed}
+    assert standby_keys_held() == 2
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_standby_that_becomes_the_maintainer_gives_its_slot_up(listeners):
+    four = listeners(4, standbys=2)
+    maintainer = standbys_of(four)[0]
+
+    maintainer.want_standby(False)  # what Maintainer._check asks once it holds the lease
+
+    wait_until(lambda: maintainer.standby is None, message="the slot given up")
+    others = [listener for listener in four if listener is not maintainer]
+    wait_until(lambda: len(standbys_of(others)) == 2, message="another worker in the slot")
+    assert standby_keys_held() == 2
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_standbys_slot_is_taken_after_the_notify_that_announces_it(listeners):
+    from django_workqueue.db import pg_liveness
+
+    with direct_connection() as dead:  # a standby that will be SIGKILLed: no word on its way out
+        assert pg_liveness.take_standby(dead, 2) == 0
+        three = listeners(3, standbys=2)
+        assert [listener.standby for listener in standbys_of(three)] == [1]
+    assert standby_keys_held() == 1  # its slot is free; nobody polls for it
+
+    driver_for("default").notify_standby_free()  # as the maintainer that finds a dead worker
+
+    wait_until(lambda: len(standbys_of(three)) == 2, message="a worker in the free slot")
+    assert sorted(listener.standby for listener in standbys_of(three)) == [0, 1]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_announces_a_free_slot_when_it_reaps_a_dead_workers_jobs():
+    from django_workqueue.db import pg_liveness
+
+    with direct_connection() as dead:
+        register("dead", pg_liveness.hold(dead) or "")
+    far = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    job = JobFactory(running=True, lease_owner="dead", lease_expires_at=far)
+
+    with listening() as listener:
+        assert Reaper("default", 1.0).run_once() == 1
+        heard = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
+
+    assert fresh(job).status == "ready"
+    assert STANDBY_FREE in heard
+
+
+# --- the maintainer: a watch only for a standby (both databases) ------------------------------
+
+
+def maintainer(owner: str, standby: bool, asked: list[bool]) -> Maintainer:
+    return Maintainer(
+        "default", owner, listening=lambda: False, standby=lambda: standby,
+        stand_by=asked.append,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_a_standby_watches_the_maintainer_and_the_maintainer_gives_its_slot_up():
+    driver = driver_for("default")
+    holder_asked: list[bool] = []
+    holder = maintainer("holder", standby=True, asked=holder_asked)
+    if connection.vendor == "postgresql":
+        from django_workqueue.db import pg_liveness
+
+        session = direct_connection()
+        register("holder", pg_liveness.hold(session) or "")
+    else:
+        register("holder", driver.liveness_token() or "")
+    idle = maintainer("idle", standby=False, asked=[])
+    standby = maintainer("standby", standby=True, asked=[])
+    try:
+        holder.run_if_due()
+        assert holder.leading and holder_asked == [False]  # its slot is another worker's now
+
+        idle.run_if_due()
+        standby.run_if_due()
+
+        assert not idle.leading and not standby.leading
+        assert idle._watch is None  # no standby: no watch, no connection
+        assert standby._watch is not None and standby._watch.following.id == "holder"
+    finally:
+        for each in (holder, idle, standby):
+            each.release()
+        if connection.vendor == "postgresql":
+            session.close()
