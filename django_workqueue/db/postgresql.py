@@ -1043,10 +1043,11 @@ class Listener(threading.Thread):
                 with self.connection:
                     # The worker's liveness: held as long as this session lives (pg_liveness).
                     self.liveness = pg_liveness.hold(self.connection, self.liveness)
+                    self.connection.execute(f"LISTEN {CHANNEL}")
+                    # A slot, once this session hears of slots freed (none is missed between).
                     with self._standby_lock:
                         self._standby_due = self._standby_wanted
                     self._tend_standby(listening=False)
-                    self.connection.execute(f"LISTEN {CHANNEL}")
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
                     backoff = 0.1

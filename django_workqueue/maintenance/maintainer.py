@@ -86,6 +86,7 @@ class Maintainer:
         self.stand_by = stand_by
         """Asks for a standby slot (True) or gives it up (False: this worker maintains)."""
         self._standing_by = True  # what was last asked of stand_by (the listener asks first)
+        self._tokenless_wait = 0.0  # how soon to look again at a holder showing no token yet
         self._known: Holder | None = None  # the holder as liveness last saw it
         self._watch: HolderWatch | None = None
         self._watch_tried = False
@@ -207,7 +208,16 @@ class Maintainer:
             self._gone(holder)  # the new holder, to watch
         # Come back when the holder's lease would run out: a live holder has renewed by then
         # (and one that dies sooner is heard of through the watch).
-        self.next_check = at + max(left, seconds / 20) + random.uniform(0, min(1.0, seconds / 20))
+        wait = max(left, seconds / 20)
+        known = self._known
+        if known is not None and known.id == holder and not known.liveness:
+            # A holder just started shows its token within a moment (its LISTEN connection):
+            # look again soon, backing off, so that the watch follows it from then on.
+            self._tokenless_wait = min(max(0.5, self._tokenless_wait * 2), wait)
+            wait = self._tokenless_wait
+        else:
+            self._tokenless_wait = 0.0
+        self.next_check = at + wait + random.uniform(0, min(1.0, seconds / 20))
 
     def _gone(self, holder: str | None) -> str | None:
         """``holder`` if liveness says it is gone. A holder already known costs nothing; a

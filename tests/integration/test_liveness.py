@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -358,4 +359,36 @@ def test_only_a_standby_watches_the_maintainer_and_the_maintainer_gives_its_slot
         for each in (holder, idle, standby):
             each.release()
         if connection.vendor == "postgresql":
+            session.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_holder_seen_before_it_shows_its_token_is_looked_at_again_soon():
+    """A worker just started holds the lease before its LISTEN connection shows its token: a
+    standby that read it then looks again within a moment, not when the lease runs out."""
+    from django_workqueue.maintenance.maintainer import LEASE_NAME
+
+    assert Leadership("default", LEASE_NAME, owner="holder", seconds=600).hold()
+    register("holder", "")  # no token yet
+    standby = maintainer("standby", standby=True, asked=[])
+    session = direct_connection() if connection.vendor == "postgresql" else None
+    try:
+        at = time.monotonic()
+        standby.run_if_due(at=at)
+        assert not standby.leading
+        assert standby.next_check - at <= 1.5  # 0.5 s and a jitter of at most 1 s, not ~600 s
+
+        if session is not None:
+            from django_workqueue.db import pg_liveness
+
+            token = pg_liveness.hold(session) or ""
+        else:
+            token = driver_for("default").liveness_token() or ""
+        WorkerProcess.objects.filter(id="holder").update(liveness=token)
+        standby.run_if_due(at=standby.next_check)
+
+        assert standby._watch is not None and standby._watch.following.liveness == token
+    finally:
+        standby.release()
+        if session is not None:
             session.close()
