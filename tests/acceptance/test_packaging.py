@@ -17,7 +17,15 @@ import pytest
 
 from tests.support.processes import REPO_ROOT
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [
+    pytest.mark.acceptance,
+    # The build and the demo (SQLite, in a temporary directory) use no database server: they
+    # run once, in the SQLite environments, not again beside each PostgreSQL suite.
+    pytest.mark.skipif(
+        os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="needs no database server: runs in the SQLite environments",
+    ),
+]
 
 # What the app reads from its own package at run time.
 NEEDED = (
