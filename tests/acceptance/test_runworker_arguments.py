@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_workqueue import apps, registry
+from django_workqueue import discovery, registry
 from django_workqueue.management.commands import runworker
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.registry import registered_tasks
@@ -129,9 +129,9 @@ def no_tasks() -> Iterator[dict[str, str]]:
     failed: dict[str, str] = {}
     with (
         mock.patch.dict(registry._registry, clear=True),
-        mock.patch.dict(apps.import_errors, failed, clear=True),
+        mock.patch.dict(discovery.import_errors, failed, clear=True),
     ):
-        yield apps.import_errors
+        yield discovery.import_errors
 
 
 def test_a_worker_without_any_task_refuses_to_start(no_tasks: dict[str, str]) -> None:
