@@ -13,3 +13,6 @@ def configure_logging(verbosity: int) -> None:
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO if verbosity >= 1 else
                     logging.WARNING)  # fmt: skip
+    # -v 2: each failed attempt's line carries its traceback (attempt/ending.py, log_endings).
+    jobs = logging.getLogger("django_workqueue.jobs")
+    jobs.setLevel(logging.DEBUG if verbosity >= 2 else logging.NOTSET)
