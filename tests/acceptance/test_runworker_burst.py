@@ -13,6 +13,7 @@ from tests.support.processes import run_manage
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
+
 def test_a_burst_worker_says_one_line_per_ending_and_counts_jobs_and_attempts(
     worker_env: Callable[..., dict[str, str]],
 ) -> None:

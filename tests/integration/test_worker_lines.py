@@ -59,7 +59,8 @@ def test_each_ending_is_one_line_once_written(drain, caplog):
 
     first, second = _lines(caplog, retried.pk)
     assert first.levelno == logging.WARNING
-    assert first.getMessage().startswith(f"#{retried.pk} {flaky.name} failed (attempt 1/4, retry in ")
+    expected = f"#{retried.pk} {flaky.name} failed (attempt 1/4, retry in "
+    assert first.getMessage().startswith(expected)
     assert first.error_type and first.traceback  # type: ignore[attr-defined]
     assert "Traceback" not in first.getMessage()
     assert second.getMessage().startswith(f"#{retried.pk} {flaky.name} succeeded")
