@@ -7,6 +7,7 @@ import datetime as dt
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_workqueue import audit, operations
@@ -213,3 +214,49 @@ def test_the_api_explains_with_view_job_and_masks_without_payload(live_worker):
     user_with(username="nobody")
     client.credentials(HTTP_AUTHORIZATION=basic("nobody"))
     assert client.get(f"{API}jobs/{job.pk}/explain/").status_code == 403
+
+
+def test_the_cli_explains_as_text_and_json_with_the_users_clearance(live_worker):
+    import json
+
+    from tests.support.commands import run_workqueue
+
+    job = add.using(delay=3600).enqueue(1, 2)
+    code, out, _ = run_workqueue("explain", str(job.pk))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"job {job.pk} is scheduled: why it is not running"
+    assert lines[1].startswith("  - scheduled to run at ")
+    code, out, _ = run_workqueue("explain", str(job.pk), "--json")
+    assert code == 0 and json.loads(out) == operations.explain(job).as_dict()
+
+    holder = one_per_customer.enqueue(7)
+    Job.objects.filter(pk=holder.pk).update(status=Status.RUNNING, lease_owner="worker-a")
+    limited = one_per_customer.enqueue(7)
+    user_with(*VIEWER, username="viewer")
+    code, out, _ = run_workqueue("--user", "viewer", "explain", str(limited.pk), "--json")
+    assert code == 0 and "customer:7" not in out
+    user_with(username="nobody")
+    code, _, error = run_workqueue("--user", "nobody", "explain", str(limited.pk))
+    assert code != 0 and "view" in error
+    code, _, error = run_workqueue("explain", "999999")
+    assert code != 0 and error == "there is no job 999999"
+
+
+def test_the_admin_job_page_has_the_explanation_masked_without_payload(live_worker):
+    from django.test import Client
+
+    holder = one_per_customer.enqueue(7)
+    Job.objects.filter(pk=holder.pk).update(status=Status.RUNNING, lease_owner="worker-a")
+    job = one_per_customer.enqueue(7)
+    client = Client()
+    client.force_login(user_with(*VIEWER, username="viewer", is_staff=True))
+    page = client.get(f"/admin/django_workqueue/job/{job.pk}/change/").content.decode()
+    assert "<h2>Why isn't it running?</h2>" in page
+    assert f"its 1 place(s) are held by #{holder.pk}" in page
+    assert f"limit:{one_per_customer.name}:(hidden)" in page and "customer:7" not in page
+
+    running = Client()
+    running.force_login(User.objects.create_superuser("root", "root@example.com", "x"))
+    page = running.get(f"/admin/django_workqueue/job/{holder.pk}/change/").content.decode()
+    assert "Where it runs" in page and "claimed and running on worker worker-a" in page
