@@ -130,7 +130,7 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
         return Response(JobSerializer(job, context=self._context()).data)
 
     @documented(
-        summary="Why isn't a job running?",
+        summary="Explain why a job is not running",
         description="The reasons that keep a job waiting (scheduled, held, its queue paused, "
         "prerequisites, a concurrency or rate limit, no live worker for its queue, its task "
         "unknown, jobs ahead of it), where it runs, or how it ended. A limit key derived from "
