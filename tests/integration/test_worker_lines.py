@@ -106,3 +106,16 @@ def test_a_cancellation_requested_meanwhile_is_reported_as_cancelled():
     failed = Outcome(job_id=1, attempt=1, kind=OutcomeKind.RETRY, max_attempts=3, delay=5)
     assert ending_name(failed) == "retried"
     assert ending_name(failed, "cancelled") == "cancelled"
+
+
+def test_an_atomic_tasks_success_is_reported_by_the_control_thread(drain, caplog):
+    from testproject.testapp.tasks import atomic_effect
+
+    caplog.set_level(logging.INFO, logger="django_workqueue")
+    job = atomic_effect.enqueue(value="x")
+    worker = drain()
+    assert fresh(job).status == "succeeded"
+    [line] = _lines(caplog, job.pk)
+    assert line.getMessage().startswith(f"#{job.pk} {atomic_effect.name} succeeded in ")
+    assert line.threadName == "MainThread"  # written by the control thread, not the slot
+    assert worker.completer.endings == {"succeeded": 1}
