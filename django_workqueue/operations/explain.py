@@ -144,9 +144,18 @@ def _held(look: Look) -> dict[str, Any] | None:
     for record in holds[:_AUDIT_LOOKBACK]:
         ids = record.target.get("ids") if isinstance(record.target, dict) else None
         if isinstance(ids, list) and look.job.pk in ids:
-            return {"by": record.actor, "at": _at(record.created_at), "source": record.source,
-                    "who": f" by {record.actor} at {record.created_at.isoformat()}"}  # fmt: skip
-    return {"by": None, "at": None, "source": None, "who": " (the audit trail has no record)"}
+            return {
+                "by": record.actor,
+                "at": _at(record.created_at),
+                "source": record.source,
+                "who": f"{record.actor} ({record.source}) at {record.created_at.isoformat()}",
+            }
+    return {
+        "by": None,
+        "at": None,
+        "source": None,
+        "who": "someone: no audit record names this job (held by a filter, or by code)",
+    }
 
 
 def _paused(look: Look) -> dict[str, Any] | None:
@@ -273,7 +282,7 @@ REASONS: tuple[Row, ...] = (
         "It is claimed and running on worker {worker}{where} since {started_at} "
         "(attempt {attempt}; lease until {lease_expires_at}).", alone=True),
     Row("held", frozenset({Status.HELD}), _held,
-        "held by an operator{who}; release it to let it run"),
+        "held by an operator, {who}; release it to let it run"),
     Row("scheduled", frozenset({Status.SCHEDULED}), _scheduled,
         "scheduled to run at {run_after} ({in})"),
     Row("prerequisites", frozenset({Status.BLOCKED}), _prerequisites,

@@ -73,14 +73,14 @@ def test_held_names_who_held_it_from_the_audit_trail(live_worker):
     audit.record(None, "hold", {"ids": [job.pk]}, 1, AuditSource.CLI)
     found = reason(Job.objects.get(pk=job.pk), "held")
     assert found.details["by"] == "system" and found.details["at"]
-    assert found.message.startswith("held by an operator by system at ")
+    assert found.message.startswith("held by an operator, system (cli) at ")
 
 
 def test_held_without_an_audit_record_says_so(live_worker):
     job = add.enqueue(1, 2)
     operations.hold_job(job)
     found = reason(Job.objects.get(pk=job.pk), "held")
-    assert found.details["by"] is None and "the audit trail has no record" in found.message
+    assert found.details["by"] is None and "no audit record names this job" in found.message
 
 
 def test_a_paused_queue(live_worker):
