@@ -60,10 +60,9 @@ _TRACEBACK_LIMIT = 20_000
 def not_run(
     job: ClaimedJob, task: Task | None, exc: BaseException, kind: OutcomeKind = OutcomeKind.RETRY
 ) -> Outcome:
-    """The outcome of an attempt that could not call the task, logged like a failure."""
-    outcome = _ended(job, task, exc, kind)
-    log_failure(job, outcome, exc)
-    return outcome
+    """The outcome of an attempt that could not call the task (reported like a failure, once
+    written: ``log_endings``)."""
+    return _ended(job, task, exc, kind)
 
 
 def refused(job: ClaimedJob, task: Task | None) -> Outcome | None:
@@ -135,9 +134,10 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
 
 
 def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
-    """The outcome of a body that raised ``exc``, logged. Code of the task's that runs here
-    (``backoff``, ``on_failure``, the exception's ``str()``) cannot drop the outcome: if it
-    raises, the attempt ends as a failure that names it, retried with the default backoff."""
+    """The outcome of a body that raised ``exc`` (reported once written: ``log_endings``).
+    Code of the task's that runs here (``backoff``, ``on_failure``, the exception's ``str()``)
+    cannot drop the outcome: if it raises, the attempt ends as a failure that names it,
+    retried with the default backoff."""
     try:
         outcome = _classify(task, job, context, exc)
     except Exception as problem:
@@ -148,7 +148,6 @@ def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcept
         )
         why.__cause__ = problem
         outcome = _ended(job, None, why)
-    log_failure(job, outcome, exc)
     return outcome
 
 
@@ -239,18 +238,6 @@ def _safe_str(exc: BaseException) -> str:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_safe_str(exc)}"
-
-
-def log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
-    """The attempt failed: its line is written once its outcome is (``log_endings``). Here only
-    a DEBUG record with the live exception, for a debugger or a handler that wants
-    ``exc_info`` (a process pool's child has it only here)."""
-    if job_logger.isEnabledFor(logging.DEBUG) and outcome.error is not None:
-        job_logger.debug(
-            "#%s %s attempt %s raised", job.id, job.task_name, job.attempt,
-            exc_info=(type(exc), exc, exc.__traceback__),
-            extra={"job_id": job.id, "task_name": job.task_name, "attempt": job.attempt},
-        )  # fmt: skip
 
 
 def log_endings(
