@@ -62,7 +62,9 @@ def not_run(
 ) -> Outcome:
     """The outcome of an attempt that could not call the task (reported like a failure, once
     written: ``log_endings``)."""
-    return _ended(job, task, exc, kind)
+    outcome = _ended(job, task, exc, kind)
+    outcome.exception = exc
+    return outcome
 
 
 def refused(job: ClaimedJob, task: Task | None) -> Outcome | None:
@@ -148,6 +150,8 @@ def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcept
         )
         why.__cause__ = problem
         outcome = _ended(job, None, why)
+    if outcome.error is not None:
+        outcome.exception = exc
     return outcome
 
 
@@ -249,7 +253,9 @@ def log_endings(
     ``#42 shop.tasks.send_receipt succeeded in 12 ms``,
     ``#43 shop.tasks.x failed (attempt 2/5, retry in 8 s): ValueError: ...``. Successes,
     snoozes, releases and cancellations at INFO, retries at WARNING, dead-letters at ERROR;
-    the traceback joins the line when the logger is enabled for DEBUG (``runworker -v 2``).
+    the traceback joins the line when the logger is enabled for DEBUG (``runworker -v 2``); an
+    ERROR line whose exception was raised in this process carries it as ``exc_info`` (error
+    trackers), which runworker's own handler prints only at ``-v 2``.
     Structured fields (``job_id``, ``task_name``, ``ending``, ...) ride in ``extra`` for JSON
     handlers. Lazy: whether each level is enabled is asked once per call, and a disabled line
     costs a dict look-up.
@@ -328,6 +334,10 @@ def _log_ending(outcome: Outcome, name: str, level: int, with_traceback: bool) -
         fmt, args = "#%s %s " + name + " (attempt %s/%s)", (
             outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
         )  # fmt: skip
+    exc = outcome.exception if level >= logging.ERROR else None
+    if exc is not None:  # for error trackers; runworker's own handler prints it at -v 2 only
+        job_logger.log(level, fmt, *args, extra=extra, exc_info=(type(exc), exc, exc.__traceback__))
+        return
     if with_traceback and error.get("traceback"):
         fmt, args = fmt + "\n%s", (*args, str(error["traceback"]).rstrip())
     job_logger.log(level, fmt, *args, extra=extra)

@@ -67,6 +67,8 @@ def test_each_ending_is_one_line_once_written(drain, caplog):
 
     [line] = _lines(caplog, discarded.pk)
     assert line.levelno == logging.ERROR
+    assert line.exc_info is not None and line.exc_info[0].__name__ == "Discard"
+    assert first.exc_info is None
     assert line.getMessage().startswith(f"#{discarded.pk} {discard_me.name} discarded (attempt 1/5")
 
     [line] = _lines(caplog, snoozed.pk)
@@ -119,3 +121,20 @@ def test_an_atomic_tasks_success_is_reported_by_the_control_thread(drain, caplog
     assert line.getMessage().startswith(f"#{job.pk} {atomic_effect.name} succeeded in ")
     assert line.threadName == "MainThread"  # written by the control thread, not the slot
     assert worker.completer.endings == {"succeeded": 1}
+
+
+def test_runworkers_own_handler_prints_a_lines_exception_only_at_v2():
+    from django_workqueue.worker.logs import WorkerFormatter
+
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        exc_info = (ValueError, exc, exc.__traceback__)
+    record = logging.LogRecord("django_workqueue.jobs", logging.ERROR, __file__, 1,
+                               "#1 x failed", (), exc_info)  # fmt: skip
+    assert "Traceback" not in WorkerFormatter(tracebacks=False).format(record)
+    assert record.exc_info is exc_info  # left for the other handlers (error trackers)
+    assert "Traceback" in WorkerFormatter(tracebacks=True).format(record)
+    other = logging.LogRecord("django_workqueue.worker", logging.ERROR, __file__, 1,
+                              "the worker failed", (), exc_info)  # fmt: skip
+    assert "Traceback" in WorkerFormatter(tracebacks=False).format(other)
