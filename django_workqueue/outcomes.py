@@ -51,6 +51,11 @@ class Outcome:
     task_name: str = dataclasses.field(default="", compare=False)
     queue: str = dataclasses.field(default="", compare=False)
     """The job's task and queue, for the signals sent once the outcome is written."""
+    duration: float | None = dataclasses.field(default=None, compare=False)
+    """Seconds from the claim to the ending, for the worker's line (``ending.log_endings``)."""
+    exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The exception of a failure, where it was raised in this process: the worker's ERROR line
+    carries it as ``exc_info`` for error trackers. Never stored or sent to another process."""
     spawn: Any = dataclasses.field(default=None, repr=False, compare=False)
     """Steps the job added at run time (``context.add`` / ``continue_with``), written with a
     success in the same transaction, dropped with any other ending."""

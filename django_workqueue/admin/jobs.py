@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from .. import permissions
+from .. import operations, permissions
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
@@ -262,4 +262,5 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "wq_prerequisites": list(prerequisites),
         "wq_dependents": list(dependents),
         "wq_buttons": buttons,
+        "wq_explanation": operations.explain(job, clearance=clearance, alias=db),
     }

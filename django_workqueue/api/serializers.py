@@ -196,6 +196,24 @@ class OperationResultSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class ReasonSerializer(serializers.Serializer):
+    code = serializers.CharField(
+        help_text="Which reason (operations.explain.REASONS): finished, running, held, "
+        "scheduled, prerequisites, queue_paused, limit, no_worker, not_registered, behind, ready."
+    )
+    message = serializers.CharField()
+    details = serializers.DictField(help_text="The facts the message was made of.")
+
+
+class ExplanationSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    running = serializers.BooleanField()
+    finished = serializers.BooleanField()
+    summary = serializers.CharField(help_text="The reasons in one sentence.")
+    reasons = ReasonSerializer(many=True)
+
+
 class GraphNodeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     task_name = serializers.CharField()

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import payload, retry
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from ..decorator import Task
 
 logger = logging.getLogger("django_workqueue.worker")
+job_logger = logging.getLogger("django_workqueue.jobs")
+"""One line per attempt's ending (``log_endings``), routable apart from the worker's own."""
 
 _TRACEBACK_LIMIT = 20_000
 
@@ -56,9 +60,10 @@ _TRACEBACK_LIMIT = 20_000
 def not_run(
     job: ClaimedJob, task: Task | None, exc: BaseException, kind: OutcomeKind = OutcomeKind.RETRY
 ) -> Outcome:
-    """The outcome of an attempt that could not call the task, logged like a failure."""
+    """The outcome of an attempt that could not call the task (reported like a failure, once
+    written: ``log_endings``)."""
     outcome = _ended(job, task, exc, kind)
-    log_failure(job, outcome, exc)
+    outcome.exception = exc
     return outcome
 
 
@@ -131,9 +136,10 @@ def success(job: ClaimedJob, value: Any) -> Outcome:
 
 
 def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseException) -> Outcome:
-    """The outcome of a body that raised ``exc``, logged. Code of the task's that runs here
-    (``backoff``, ``on_failure``, the exception's ``str()``) cannot drop the outcome: if it
-    raises, the attempt ends as a failure that names it, retried with the default backoff."""
+    """The outcome of a body that raised ``exc`` (reported once written: ``log_endings``).
+    Code of the task's that runs here (``backoff``, ``on_failure``, the exception's ``str()``)
+    cannot drop the outcome: if it raises, the attempt ends as a failure that names it,
+    retried with the default backoff."""
     try:
         outcome = _classify(task, job, context, exc)
     except Exception as problem:
@@ -144,7 +150,8 @@ def classified(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcept
         )
         why.__cause__ = problem
         outcome = _ended(job, None, why)
-    log_failure(job, outcome, exc)
+    if outcome.error is not None:
+        outcome.exception = exc
     return outcome
 
 
@@ -237,29 +244,118 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_safe_str(exc)}"
 
 
-def log_failure(job: ClaimedJob, outcome: Outcome, exc: BaseException) -> None:
-    """One log line per failed attempt on the worker's logger, so that log handlers and error
-    trackers see failures: WARNING when it will run again, ERROR when it ends ``failed``."""
-    status = outcome.status
-    if outcome.kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE) or status in (
-        Status.SUCCEEDED,
-        Status.CANCELLED,
-    ):
-        if status == Status.CANCELLED:
-            logger.info("job %s (%s) attempt %s cancelled", job.id, job.task_name, job.attempt)
-        return
+def log_endings(
+    outcomes: Iterable[Outcome], ended_as: Mapping[int, str] | None = None
+) -> Counter[str]:
+    """One line per written outcome on ``django_workqueue.jobs``, once it is written, so it
+    tells what the row now says; returns the count of each ending (``ENDINGS``' names).
+
+    ``#42 shop.tasks.send_receipt succeeded in 12 ms``,
+    ``#43 shop.tasks.x failed (attempt 2/5, retry in 8 s): ValueError: ...``. Successes,
+    snoozes, releases and cancellations at INFO, retries at WARNING, dead-letters at ERROR;
+    the traceback joins the line when the logger is enabled for DEBUG (``runworker -v 2``); an
+    ERROR line whose exception was raised in this process carries it as ``exc_info`` (error
+    trackers), which runworker's own handler prints only at ``-v 2``.
+    Structured fields (``job_id``, ``task_name``, ``ending``, ...) ride in ``extra`` for JSON
+    handlers. Lazy: whether each level is enabled is asked once per call, and a disabled line
+    costs a dict look-up.
+    """
+    ended_as = ended_as or {}
+    enabled = {level: job_logger.isEnabledFor(level) for level in set(_LEVELS.values())}
+    with_traceback = job_logger.isEnabledFor(logging.DEBUG)
+    counts: Counter[str] = Counter()
+    for outcome in outcomes:
+        name = ending_name(outcome, ended_as.get(outcome.job_id))
+        counts[name] += 1
+        level = _LEVELS[name]
+        if enabled[level]:
+            _log_ending(outcome, name, level, with_traceback)
+    return counts
+
+
+def ending_name(outcome: Outcome, written_status: str | None = None) -> str:
+    """What the written outcome did to its job: one of ``ENDINGS``."""
+    if written_status == Status.CANCELLED or outcome.kind == OutcomeKind.CANCELLED:
+        return "cancelled"
+    if outcome.kind == OutcomeKind.SUCCEEDED:
+        return "succeeded"
+    if outcome.kind == OutcomeKind.SNOOZE:
+        return "snoozed"
+    if outcome.kind == OutcomeKind.RELEASE:
+        return "released"
+    if outcome.kind == OutcomeKind.DISCARD:
+        return "discarded"
+    return "dead-lettered" if outcome.status == Status.FAILED else "retried"
+
+
+_LEVELS = {
+    "succeeded": logging.INFO, "cancelled": logging.INFO, "snoozed": logging.INFO,
+    "released": logging.INFO, "retried": logging.WARNING, "discarded": logging.ERROR,
+    "dead-lettered": logging.ERROR,
+}  # fmt: skip
+ENDINGS = tuple(_LEVELS)
+"""Every ending a worker reports; ``discarded`` and ``dead-lettered`` leave the job failed."""
+FINISHED = frozenset({"succeeded", "cancelled", "discarded", "dead-lettered"})
+"""The endings that finish their job."""
+
+
+def _log_ending(outcome: Outcome, name: str, level: int, with_traceback: bool) -> None:
     error = outcome.error or {}
-    if status == Status.FAILED:
-        level, verdict = logging.ERROR, "failed; the job is dead-lettered (status failed)"
-    else:
-        level, verdict = logging.WARNING, f"failed; retrying in {outcome.delay:.1f}s"
-    logger.log(
-        level, "job %s (%s) attempt %s of %s %s: %s: %s",
-        job.id, job.task_name, job.attempt, job.max_attempts, verdict,
-        error.get("type", type(exc).__name__), error.get("message", ""),
-        exc_info=(type(exc), exc, exc.__traceback__),
-        extra={"job_id": job.id, "task_name": job.task_name, "attempt": job.attempt},
-    )  # fmt: skip
+    etype = str(error.get("type") or "").rpartition(".")[2]
+    extra: dict[str, Any] = {
+        "job_id": outcome.job_id, "task_name": outcome.task_name, "queue": outcome.queue,
+        "attempt": outcome.attempt, "max_attempts": outcome.max_attempts, "ending": name,
+        "duration_ms": None if outcome.duration is None else round(outcome.duration * 1000, 3),
+        "delay": outcome.delay or None, "error_type": error.get("type"),
+        "error_message": error.get("message"), "traceback": error.get("traceback"),
+    }  # fmt: skip
+    args: tuple[Any, ...]
+    if name == "succeeded":
+        if outcome.duration is None:
+            fmt, args = "#%s %s succeeded", (outcome.job_id, outcome.task_name)
+        else:
+            fmt, args = "#%s %s succeeded in %s", (
+                outcome.job_id, outcome.task_name, _Span(outcome.duration),
+            )  # fmt: skip
+    elif name == "retried":
+        fmt = "#%s %s failed (attempt %s/%s, retry in %s): %s: %s"
+        args = (outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+                _Span(outcome.delay), etype, error.get("message", ""))  # fmt: skip
+    elif name in ("dead-lettered", "discarded"):
+        verdict = "failed" if name == "dead-lettered" else "discarded"
+        fmt = "#%s %s " + verdict + " (attempt %s/%s, %s): %s: %s"
+        args = (outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+                "dead-lettered" if name == "dead-lettered" else "not retried", etype,
+                error.get("message", ""))  # fmt: skip
+    elif name == "snoozed":
+        fmt, args = "#%s %s snoozed for %s", (outcome.job_id, outcome.task_name,
+                                              _Span(outcome.delay))  # fmt: skip
+    else:  # cancelled, released
+        fmt, args = "#%s %s " + name + " (attempt %s/%s)", (
+            outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+        )  # fmt: skip
+    exc = outcome.exception if level >= logging.ERROR else None
+    if exc is not None:  # for error trackers; runworker's own handler prints it at -v 2 only
+        job_logger.log(level, fmt, *args, extra=extra, exc_info=(type(exc), exc, exc.__traceback__))
+        return
+    if with_traceback and error.get("traceback"):
+        fmt, args = fmt + "\n%s", (*args, str(error["traceback"]).rstrip())
+    job_logger.log(level, fmt, *args, extra=extra)
+
+
+class _Span:
+    """A duration, formatted only if the line is: ``12 ms``, ``1.5 s``, ``8 s``."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __str__(self) -> str:
+        seconds = self.seconds
+        if seconds < 1:
+            return f"{seconds * 1000:.0f} ms"
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 def log_not_written(outcome: Outcome, gone: bool = False) -> None:

@@ -114,7 +114,9 @@ def _record(driver: Driver, owner: str, outcome: Outcome, queue: str) -> None:
     if (outcome.job_id, outcome.attempt) not in recorded.written:
         gone = outcome.job_id not in driver.lease_states([outcome.job_id])
         ending.log_not_written(outcome, gone=gone)
-    elif outcome.status == Status.READY:  # retried at once: wake the workers
+        return
+    ending.log_endings([outcome], {ended.id: ended.status for ended in recorded.ended})
+    if outcome.status == Status.READY:  # retried at once: wake the workers
         driver.notify([queue])
         wake([queue])
 

@@ -22,7 +22,8 @@ from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 
 SUBCOMMAND_ACTIONS = {
-    "status": "view", "workers": "view", "jobs": "view", "show": "view", "cancel": "cancel",
+    "status": "view", "workers": "view", "jobs": "view", "show": "view", "explain": "view",
+    "cancel": "cancel",
     "retry": "retry", "redrive": "redrive", "hold": "hold", "release": "release",
     "pause": "pause", "resume": "resume", "purge": "purge",
 }  # fmt: skip

@@ -5,6 +5,7 @@ Each operation is a guarded conditional UPDATE whose row count says what happene
 an ``OperationResult`` naming it; losing a race is reported, never raised.
 """
 
+from .explain import Explanation, Reason, explain
 from .holds import hold_job, release_job
 from .jobs import OperationResult, cancel_job, cancel_jobs, redrive, retry_job
 from .purge import purge_jobs
@@ -14,11 +15,14 @@ from .workers import scale_worker, workers
 from .workflows import cancel_workflow, complete_job, fail_job
 
 __all__ = [
+    "Explanation",
     "OperationResult",
+    "Reason",
     "cancel_job",
     "cancel_jobs",
     "cancel_workflow",
     "complete_job",
+    "explain",
     "fail_job",
     "hold_job",
     "pause_queue",

@@ -117,7 +117,7 @@ class Batches:
                     ended = outcomes.get(job.id)
                     if ended is not None:
                         item.context.finished = True
-                        worker.completer.hand_over(ended)
+                        worker.completer.hand_over(ended, item.started)
                     else:  # nothing to write: the lease runs out and the reaper retries it
                         if worker._running.get(job.id) is item:
                             del worker._running[job.id]

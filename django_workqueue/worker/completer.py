@@ -23,7 +23,7 @@ import threading
 import time
 
 from ..attempt.connections import is_transient
-from ..attempt.ending import log_not_written, unstorable
+from ..attempt.ending import log_endings, log_not_written, unstorable
 from ..attempt.throttle import ProgressThrottle
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
@@ -40,10 +40,23 @@ class Completer:
         self._progress: dict[int, JobContext] = {}  # reported, not yet written
         self._throttle = ProgressThrottle()
         self._lock = threading.Lock()
+        self._recorded: collections.deque[Outcome] = collections.deque()  # written by slots
+        self.endings: collections.Counter[str] = collections.Counter()
+        """How many attempts ended how (``ending.ENDINGS``), counted once written."""
 
-    def hand_over(self, outcome: Outcome) -> None:
-        """Called by a slot: this outcome is to be written (the slot is free now)."""
+    def hand_over(self, outcome: Outcome, started: float | None = None) -> None:
+        """Called by a slot: this outcome is to be written (the slot is free now). ``started``
+        (monotonic) is when its job was claimed, for the line that reports it."""
+        if started is not None:
+            outcome.duration = time.monotonic() - started
         self._outcomes.append(outcome)
+
+    def written_elsewhere(self, outcome: Outcome, started: float | None = None) -> None:
+        """Called by a slot: this outcome was written in the body's own transaction
+        (``atomic=True``); the control thread reports it with the next batch."""
+        if started is not None:
+            outcome.duration = time.monotonic() - started
+        self._recorded.append(outcome)
 
     def report(self, context: JobContext) -> bool:
         """Called by a slot: this job's latest progress is to be written. Returns whether it
@@ -147,6 +160,7 @@ class Completer:
         same job). Outcomes whose row another session holds locked are kept for a later pass;
         on a lost connection all are kept and the error is raised.
         """
+        self._report(self._take_recorded(), {})
         outcomes: list[Outcome] = []
         while self._outcomes:
             outcomes.append(self._outcomes.popleft())
@@ -168,7 +182,20 @@ class Completer:
             for outcome in done:
                 self._throttle.forget(outcome.job_id)
         self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
+        ended_as = {ended.id: ended.status for ended in recorded.ended}
+        self._report([o for o in done if (o.job_id, o.attempt) in recorded.written], ended_as)
         return done, recorded.written
+
+    def _take_recorded(self) -> list[Outcome]:
+        taken: list[Outcome] = []
+        while self._recorded:
+            taken.append(self._recorded.popleft())
+        return taken
+
+    def _report(self, written: list[Outcome], ended_as: dict[int, str]) -> None:
+        """The line of each written outcome, and the worker's count of endings."""
+        if written:
+            self.endings.update(log_endings(written, ended_as))
 
     def attach_progress(self, outcomes: list[Outcome]) -> None:
         """Each job's last progress report goes out with its outcome, in the same write."""

@@ -26,6 +26,7 @@ which backends serve which worker.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import queue as queue_module
@@ -36,6 +37,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from django.db import connections
+from django.utils import timezone
 
 from .. import signalling, signals, wakeup
 from ..attempt.asyncloop import AsyncLoop
@@ -53,7 +55,9 @@ from ..db import ClaimedJob, Outcome, driver_for
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
+from ..models import Job
 from ..registry import find_task
+from ..states import Status
 from . import shutdown
 from .batch import Batch, Batches
 from .completer import Completer
@@ -83,6 +87,7 @@ class Worker:
         queues: Sequence[str] | None = None,
         concurrency: int = 1,
         burst: bool = False,
+        wait_scheduled: float | None = None,
         max_jobs: int | None = None,
         poll_interval: float | None = None,
         worker_id: str | None = None,
@@ -94,6 +99,10 @@ class Worker:
     ) -> None:
         self.queues = list(queue_slots or queues or conf.QUEUES)
         self.burst = burst
+        if wait_scheduled is not None and (not burst or wait_scheduled < 0):
+            raise ValueError("wait_scheduled is a number of seconds >= 0, and needs burst=True")
+        self.wait_scheduled = wait_scheduled
+        self._scheduled_at = math.inf  # (monotonic) the next job a burst waits for is due
         self.max_jobs = max_jobs
         self.poll_interval = float(poll_interval or conf.POLL_INTERVAL)
         self.id = worker_id or str(uuid.uuid4())
@@ -489,7 +498,28 @@ class Worker:
     def _finished_work(self, claimed: int) -> bool:
         if self.max_jobs is not None and self.claimed_count >= self.max_jobs:
             return self.running_count == 0
-        return self.burst and self._drained and not self._error_backoff
+        if not (self.burst and self._drained and not self._error_backoff):
+            return False
+        return self.wait_scheduled is None or not self._scheduled_soon()
+
+    def _scheduled_soon(self) -> bool:
+        """``wait_scheduled``: whether a job of this worker's queues is scheduled to run within
+        that many seconds (a retry's backoff, a snooze, a delay); the burst then sleeps until
+        it is due, and the burst's promoter makes it ready."""
+        self._scheduled_at = math.inf
+        within = timezone.now() + dt.timedelta(seconds=self.wait_scheduled or 0)
+        first = (
+            Job.objects.using(self.alias)
+            .filter(queue__in=self.queues, status=Status.SCHEDULED, run_after__lte=within)
+            .order_by("run_after")
+            .values_list("run_after", flat=True)
+            .first()
+        )
+        if first is None:
+            return False
+        wait = max(0.0, (first - timezone.now()).total_seconds())
+        self._scheduled_at = time.monotonic() + wait
+        return True
 
     def _sleep_for(self) -> float:
         if self._error_backoff:
@@ -503,6 +533,7 @@ class Worker:
             self.leases.next_renewal,
             self.maintainer.next_run,
             self.completer.progress_due_at(),  # a throttled progress report's turn
+            self._scheduled_at,  # --wait-scheduled: the job it waits for is due
         )
         return max(0.0, due - now)
 
@@ -582,8 +613,10 @@ class Worker:
                         self.backpressure.recent.add_outcome(time.monotonic(), outcome.kind)
                     if outcome is not None and pending:
                         item.context.finished = True
-                        self.completer.hand_over(outcome)
+                        self.completer.hand_over(outcome, item.started)
                     else:  # recorded in its own transaction, or nothing left to write
+                        if outcome is not None:  # atomic: reported by the control thread
+                            self.completer.written_elsewhere(outcome, item.started)
                         if self._running.get(job.id) is item:  # not a later attempt's entry
                             del self._running[job.id]
                         self.finished_count += 1

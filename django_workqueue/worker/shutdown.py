@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from .. import wakeup
+from ..attempt.ending import FINISHED
 from ..context import AbortReason
 from ..maintenance.maintainer import RELEASED
 from ..outcomes import Outcome, OutcomeKind
@@ -60,7 +61,30 @@ def drain_and_stop(worker: Worker) -> None:
     except Exception as exc:
         logger.warning("worker %s: could not remove its registry row: %s", worker.id, exc)
     connections[worker.alias].close()
-    logger.info("worker %s stopped after %s jobs", worker.id, worker.finished_count)
+    logger.info("worker %s stopped after %s", worker.id, summary(worker))
+
+
+def summary(worker: Worker) -> str:
+    """What the worker did: ``9 attempts: 7 jobs finished (6 succeeded, 1 dead-lettered),
+    2 to run again (2 retried)``; attempts and the jobs they finished counted apart."""
+    endings = worker.completer.endings
+    finished = {name: n for name, n in endings.items() if name in FINISHED and n}
+    again = {name: n for name, n in endings.items() if name not in FINISHED and n}
+    text = f"{_count(worker.finished_count, 'attempt')}: "
+    text += f"{_count(sum(finished.values()), 'job')} finished"
+    if finished:
+        text += f" ({_listed(finished)})"
+    if again:
+        text += f", {sum(again.values())} to run again ({_listed(again)})"
+    return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
 
 
 def hand_over_maintenance(worker: Worker) -> None:

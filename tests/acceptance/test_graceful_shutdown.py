@@ -37,7 +37,7 @@ def test_sigterm_lets_the_running_job_finish_and_claims_nothing_new(
 
     assert worker.wait() == 0
     assert "SIGTERM: draining" in worker.stderr
-    assert "stopped after 1 job(s)" in worker.stdout
+    assert "stopped after 1 attempt: 1 job finished (1 succeeded)" in worker.stdout
     running.refresh_from_db()
     assert (running.status, running.attempt, running.result) == (Status.SUCCEEDED, 1, 1.5)
     assert running.errors == []

@@ -504,7 +504,7 @@ def test_sigterm_lets_the_busy_children_finish_their_jobs_and_claims_nothing_new
 
     assert worker.wait() == 0
     assert "SIGTERM: draining" in worker.stderr
-    assert "stopped after 2 job(s)" in worker.stdout
+    assert "stopped after 2 attempts: 2 jobs finished (2 succeeded)" in worker.stdout
     for job, child in zip(running, children, strict=True):
         job.refresh_from_db()
         assert (job.status, job.attempt, job.result, job.errors) == (

@@ -31,6 +31,7 @@ from ..filters import JobFilters, from_query
 from ..pagination import NewestFirst
 from ..serializers import (
     EnqueueSerializer,
+    ExplanationSerializer,
     JobSerializer,
     JobSummarySerializer,
     OperationResultSerializer,
@@ -104,6 +105,7 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
     workqueue_actions = {
         "list": "view", "retrieve": "view", "create": "enqueue", "cancel": "cancel",
         "retry": "retry", "hold": "hold", "release": "release", "redrive": "redrive",
+        "explain": "view",
     }  # fmt: skip
 
     def get_queryset(self) -> Any:
@@ -139,6 +141,24 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
         if job is None:
             raise NotFound(f"there is no job {pk}")
         return Response(JobSerializer(job, context=self._context()).data)
+
+    @documented(
+        summary="Explain why a job is not running",
+        description="The reasons that keep a job waiting (scheduled, held, its queue paused, "
+        "prerequisites, a concurrency or rate limit, no live worker for its queue, its task "
+        "unknown, jobs ahead of it), where it runs, or how it ended. A limit key derived from "
+        "the arguments and error messages are masked without `view_job_payload`. "
+        "Permission: `django_workqueue.view_job`.",
+        parameters=[_ID],
+        responses={200: ExplanationSerializer, 404: _NOT_FOUND},
+    )
+    @action(detail=True, methods=["get"])
+    def explain(self, request: Request, pk: str) -> Response:
+        job = self.get_queryset().filter(pk=object_id(pk, "job")).first()
+        if job is None:
+            raise NotFound(f"there is no job {pk}")
+        answer = operations.explain(job, clearance=Clearance.of(request.user), alias=conf.DATABASE)
+        return Response(answer.as_dict())
 
     @documented(
         summary="Enqueue a job",

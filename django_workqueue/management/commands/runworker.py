@@ -25,6 +25,7 @@ from ...registry import import_errors, registered_tasks
 from ...worker.logs import configure_logging
 from ...worker.processes import ChildLimits, require_settings_module
 from ...worker.runner import Worker
+from ...worker.shutdown import summary
 from ...worker.slots import MAX_SLOTS
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -138,6 +139,16 @@ def positive_float(value: str) -> float:
     return number
 
 
+def non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 seconds or more")
+    return number
+
+
 def worker_id(value: str) -> str:
     if not 0 < len(value) <= 64:
         raise argparse.ArgumentTypeError("a worker id is 1 to 64 characters")
@@ -160,6 +171,10 @@ class Command(BaseCommand):
                             "between MIN and MAX, e.g. 2-32.")  # fmt: skip
         parser.add_argument("--burst", action="store_true",
                             help="Exit once no job is ready and none is running.")  # fmt: skip
+        parser.add_argument("--wait-scheduled", type=non_negative_float, metavar="SECONDS",
+                            help="With --burst: before exiting, also wait for jobs scheduled "
+                            "to run within SECONDS (a retry's backoff, a snooze) and run "
+                            "them.")  # fmt: skip
         parser.add_argument("--max-jobs", type=positive_int,
                             help="Exit after running this many jobs.")  # fmt: skip
         parser.add_argument("--poll-interval", type=positive_float,
@@ -199,6 +214,11 @@ class Command(BaseCommand):
         return super().check(*args, **kwargs)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options.get("wait_scheduled") is not None and not options["burst"]:
+            raise CommandError(
+                "--wait-scheduled only changes when a --burst worker exits; add --burst "
+                "(a worker without it never exits on its own)"
+            )
         slots = slot_options(options["queues"], options["concurrency"])
         queues = list(slots.get("queue_slots") or slots["queues"] or conf.QUEUES)
         unknown = [q for q in queues if q not in conf.QUEUES]
@@ -266,6 +286,7 @@ class Command(BaseCommand):
             worker = Worker(
                 **slots,
                 burst=options["burst"],
+                wait_scheduled=options["wait_scheduled"],
                 max_jobs=options["max_jobs"],
                 poll_interval=options["poll_interval"],
                 worker_id=options["worker_id"],
@@ -276,9 +297,7 @@ class Command(BaseCommand):
             worker.run()  # it logs its start line ("worker <id> started: ...") once registered
             if worker.processes is not None and worker.processes.failed is not None:
                 raise CommandError(f"--pool processes: {worker.processes.failed}")
-            self.stdout.write(
-                f"runworker {worker.id}: stopped after {worker.finished_count} job(s)"
-            )
+            self.stdout.write(f"runworker {worker.id}: stopped after {summary(worker)}")
         finally:  # called in-process (call_command, tests): leave signals as they were
             for signum, handler in previous.items():  # None: not set from Python
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)

@@ -17,7 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import audit, operations
-from ...cli import actions, reports, tables
+from ...cli import actions, explanation, reports, tables
 from ...cli.authority import Authority, NotAllowed
 from ...cli.confirmation import confirm
 from ...cli.selection import (
@@ -56,8 +56,8 @@ def positive_int(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "Inspect and operate the job queue: status, jobs, show, cancel, retry, redrive, " \
-        "hold, release, pause, resume, purge, workers."  # fmt: skip
+    help = "Inspect and operate the job queue: status, jobs, show, explain, cancel, retry, " \
+        "redrive, hold, release, pause, resume, purge, workers."  # fmt: skip
     requires_system_checks: list[str] = []  # an operator's tool must work on a broken config
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -100,6 +100,8 @@ class Command(BaseCommand):
         show = sub("show", "Everything about one job.")
         show.add_argument("id", type=job_id)
         show.add_argument("--tracebacks", action="store_true", help="Show errors' tracebacks.")
+        explain = sub("explain", "Why a job is not running (or where it runs, how it ended).")
+        explain.add_argument("id", type=job_id)
         for name, help in _JOB_ACTIONS.items():
             child = sub(name, help, dry_run=True, confirms=True)
             child.add_argument("ids", nargs="*", type=job_id, metavar="ID")
@@ -159,6 +161,8 @@ class Command(BaseCommand):
                 job, self.authority.clearance, tracebacks=options["tracebacks"]
             )
             return self._show(detail, tables.job)
+        if subcommand == "explain":
+            return self._explain(alias, options["id"])
         if subcommand in ("pause", "resume"):
             try:
                 report = actions.on_queues(
@@ -267,6 +271,16 @@ class Command(BaseCommand):
             change, command=f"workqueue {command}", returncode=ERROR,
             declined_returncode=NOTHING_CHANGED,
         )  # fmt: skip
+
+    def _explain(self, alias: str, pk: int) -> None:
+        job = Job.objects.using(alias).filter(pk=pk).first()
+        if job is None:
+            raise CommandError(f"there is no job {pk}", returncode=ERROR)
+        answer = operations.explain(job, clearance=self.authority.clearance, alias=alias)
+        if self.json:
+            tables.dump(self.stdout, answer.as_dict())
+        else:
+            explanation.write(self.stdout, answer)
 
     def _show(self, data: Any, render: Any) -> None:
         if self.json:
