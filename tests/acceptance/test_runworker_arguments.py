@@ -37,7 +37,12 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 @pytest.mark.parametrize(
     ("args", "expected_code", "message"),
     [
-        (["--queues", "nosuch"], 1, "unknown queue(s) nosuch; WORKQUEUE['QUEUES'] has default"),
+        (
+            ["--queues", "nosuch"],
+            1,
+            "unknown queue(s) nosuch; the queues (WORKQUEUE['QUEUES'] and the TASKS aliases' "
+            "QUEUES) are default",
+        ),
         (["--queues", " , "], 2, "argument --queues: give at least one queue name"),
         (["--concurrency", "0"], 2, "argument --concurrency: 0 must be at least 1"),
         (["--concurrency", "two"], 2, "argument --concurrency: 'two' is not a whole number"),

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from ...attempt.connections import is_transient
+from ...cli.worker_queues import parsed_exclusions, queue_names, select_queues
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
 from ...discovery import import_urlconf
@@ -153,8 +154,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
-                            "(default: all of WORKQUEUE['QUEUES']); NAME:SLOTS gives each queue "
+                            "(default, or '*': every queue of WORKQUEUE['QUEUES'] and of the "
+                            "TASKS aliases on django-workqueue); NAME:SLOTS gives each queue "
                             "its own slots, e.g. default:8,mail:2.")  # fmt: skip
+        parser.add_argument("--exclude-queues", type=queue_names, metavar="QUEUES",
+                            help="Comma-separated queues not to serve, of every queue (or of "
+                            "--backend's).")  # fmt: skip
+        parser.add_argument("--backend", metavar="ALIAS",
+                            help="Serve the QUEUES of this TASKS alias (its BACKEND must be "
+                            "django_workqueue.backend.WorkqueueBackend).")  # fmt: skip
         parser.add_argument("--concurrency", type=slot_range,
                             help="Jobs run at once (slot threads), default 1; MIN-MAX autoscales "
                             "between MIN and MAX, e.g. 2-32.")  # fmt: skip
@@ -199,14 +207,15 @@ class Command(BaseCommand):
         return super().check(*args, **kwargs)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        slots = slot_options(options["queues"], options["concurrency"])
+        try:
+            requested = _parsed_queues(options["queues"])
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(str(exc)) from None
+        selected = select_queues(
+            requested, parsed_exclusions(options.get("exclude_queues")), options.get("backend")
+        )
+        slots = slot_options(selected, options["concurrency"])
         queues = list(slots.get("queue_slots") or slots["queues"] or conf.QUEUES)
-        unknown = [q for q in queues if q not in conf.QUEUES]
-        if unknown:
-            raise CommandError(
-                f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
-                f"{', '.join(conf.QUEUES)}"
-            )
         import_urlconf()  # the tasks the views' modules define (docs/guides/django-tasks.md)
         tasks = registered_tasks()
         if not tasks:
