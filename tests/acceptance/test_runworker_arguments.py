@@ -208,7 +208,7 @@ def test_runworker_waits_for_a_database_it_cannot_reach(tmp_path: Path) -> None:
         assert "Traceback" not in worker.stderr
         worker.send(signal.SIGTERM)  # still stoppable while it waits, and cleanly
         assert worker.wait(timeout=30) == 0
-        assert "stopped while waiting for the database" in worker.stdout
+        assert "SIGTERM: stopped while starting, before the first claim" in worker.stderr
     finally:
         worker.kill()
 
