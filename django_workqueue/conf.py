@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
@@ -203,7 +203,7 @@ def runs_on_workqueue(backend: Any) -> bool:
     try:
         # Imported by path: this module sits below the backend and cannot import it.
         return bool(getattr(import_string(backend), "runs_on_workqueue", False))
-    except (ImportError, ImproperlyConfigured):
+    except (ImportError, ImproperlyConfigured, AppRegistryNotReady):
         return False
 
 
