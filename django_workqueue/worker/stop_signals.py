@@ -1,12 +1,13 @@
 """How ``runworker`` answers SIGTERM and SIGINT, from as early in the process as it can.
 
-A ``manage.py runworker`` process installs these handlers when django_workqueue's app is ready
-(``install_early``, from ``AppConfig.ready``, before the task modules are imported); the command
-adopts them (``for_command``), so that a worker stopped while it starts (the imports, Django's
-checks, the wait for the database) exits 0 instead of dying of the signal (-15), which
-supervisors report as a crash. Until the worker exists there is nothing to drain: the first
-signal ends the process at once, cleanly (``SystemExit(0)``). Once the worker is built, the
-first signal drains it and a second exits at once.
+A ``manage.py runworker`` process installs these handlers when Django creates django_workqueue's
+app config (``install_early``, the first thing ``django.setup()`` does after reading the
+settings, before any model, task module or URLconf is imported); the command adopts them
+(``for_command``), so that a worker stopped while it starts (the imports, Django's checks, the
+wait for the database) exits 0 instead of dying of the signal (-15), which supervisors report as
+a crash. Until the worker exists there is nothing to drain: the first signal ends the process at
+once, cleanly (``SystemExit(0)``). From just before the worker is built (``drain_from_now``),
+the first signal drains it and a second exits at once.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ class Stoppable(Protocol):
 
 
 class StopSignals:
-    """SIGTERM/SIGINT handlers for one ``runworker`` run: ``install()``, ``worker_built()``
+    """SIGTERM/SIGINT handlers for one ``runworker`` run: ``install()``, ``drain_from_now()``
     when draining becomes possible, ``attach(worker)``, and ``restore()`` at the end."""
 
     def __init__(self) -> None:
-        self.stopped = threading.Event()
+        self.stopped = threading.Event()  # set by the first signal once draining
         self.draining = False
         self._worker: Stoppable | None = None
         self._seen = 0
@@ -55,7 +56,7 @@ class StopSignals:
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
-    def worker_built(self) -> None:
+    def drain_from_now(self) -> None:
         """From now on a signal drains (the worker about to be built may hold jobs)."""
         self.draining = True
 

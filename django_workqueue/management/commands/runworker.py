@@ -229,7 +229,7 @@ class Command(BaseCommand):
             _require_tables()
             if options["metrics_port"]:
                 _serve_metrics(options["metrics_port"], options["metrics_address"])
-            signals.worker_built()
+            signals.drain_from_now()
             worker = Worker(
                 **slots,
                 burst=options["burst"],
