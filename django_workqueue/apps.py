@@ -3,12 +3,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import sys
 from typing import Any
 
 from django.apps import AppConfig
 from django.core.signals import setting_changed
 
 from .discovery import discover_tasks
+from .worker.stop_signals import install_early
 
 logger = logging.getLogger("django_workqueue")
 
@@ -17,6 +19,12 @@ class WorkqueueConfig(AppConfig):
     name = "django_workqueue"
     verbose_name = "Workqueue"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def __init__(self, app_name: str, app_module: Any) -> None:
+        super().__init__(app_name, app_module)
+        # django.setup() makes the app configs first, before it imports any model or task
+        # module: a runworker stopped from here on exits 0 (worker/stop_signals.py).
+        install_early(sys.argv)
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks

@@ -177,10 +177,11 @@ class WorkqueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        if task.queue_name not in conf.QUEUES:
+        if task.queue_name not in conf.QUEUES:  # TASKS[alias]["QUEUES"] = []: Django's any
             raise InvalidTask(
-                f"Queue {task.queue_name!r} is not in WORKQUEUE['QUEUES'] {list(conf.QUEUES)}; "
-                f"add it there (the workers serve those queues)."
+                f"Queue {task.queue_name!r} is not valid for backend: it is in neither "
+                f"TASKS[{self.alias!r}]['QUEUES'] nor WORKQUEUE['QUEUES'] {list(conf.QUEUES)}; "
+                f"add it to one of them (the workers serve those queues)."
             )
         try:
             django_tasks.register(task, self.task_options(task))
@@ -277,20 +278,9 @@ class WorkqueueBackend(BaseTaskBackend):
         return django_tasks.task_result(job, django_task, self.alias)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        messages: list[checks.CheckMessage] = [
+        return [
             checks.Error(problem, id="django_workqueue.E101") for problem in self.option_problems()
         ]
-        missing = sorted(set(self.queues) - set(conf.QUEUES))
-        if missing:
-            messages.append(
-                checks.Error(
-                    f"TASKS[{self.alias!r}]['QUEUES'] names {', '.join(missing)}, not in "
-                    f"WORKQUEUE['QUEUES'] {list(conf.QUEUES)}",
-                    hint="Add them to WORKQUEUE['QUEUES'] so that workers serve them.",
-                    id="django_workqueue.E102",
-                )
-            )
-        return messages
 
 
 def _jobs(result_id: Any) -> Any:

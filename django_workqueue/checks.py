@@ -49,7 +49,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
-    queues = conf.QUEUES
+    queues = conf.user.get("QUEUES", DEFAULTS["QUEUES"])  # as given: conf.QUEUES adds TASKS'
     if not (
         isinstance(queues, list | tuple)
         and queues
@@ -61,7 +61,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_workqueue.E002",
             )
         )
-    elif conf.DEFAULT_QUEUE not in queues:
+    elif conf.DEFAULT_QUEUE not in conf.QUEUES:
         errors.append(
             checks.Error(
                 f"WORKQUEUE['DEFAULT_QUEUE'] {conf.DEFAULT_QUEUE!r} is not in WORKQUEUE['QUEUES'].",

@@ -1,8 +1,13 @@
 """Settings for django-workqueue, read from one namespaced dict: ``settings.WORKQUEUE``.
 
 Every name has a default here; ``workqueue_settings`` is rebuilt whenever Django's
-``setting_changed`` signal reports a change to ``WORKQUEUE`` (``override_settings`` in tests).
-Values are validated by the system checks in ``checks.py``.
+``setting_changed`` signal reports a change to ``WORKQUEUE`` or ``TASKS`` (``override_settings``
+in tests). Values are validated by the system checks in ``checks.py``.
+
+The queues that exist are the one list ``workqueue_settings.QUEUES`` (``queue_names``):
+``WORKQUEUE["QUEUES"]`` followed by the ``QUEUES`` of every ``TASKS`` alias that runs on
+django-workqueue. Enqueue, the checks, the backend, ``runworker`` and every operator surface
+read that list, so a ``django.tasks`` project configures its queues once, in ``TASKS``.
 """
 
 from __future__ import annotations
@@ -10,14 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+WORKQUEUE_BACKEND = "django_workqueue.backend.WorkqueueBackend"
 
 DEFAULTS: dict[str, Any] = {
     # The database alias that holds the job tables. It should be the alias your code writes with,
     # so that enqueue joins your transaction; if not, enqueue is deferred to your commit.
     "DATABASE": "default",
-    # Queues that exist. Enqueueing to a queue not listed here is an error; `runworker` without
-    # --queues serves all of them.
+    # Queues that exist, with those of every TASKS alias whose backend is WorkqueueBackend
+    # (queue_names). Enqueueing to a queue not listed is an error; `runworker` without
+    # --queues serves all of them. "default" is in unless this list is given without it.
     "QUEUES": ["default"],
     "DEFAULT_QUEUE": "default",
     "DEFAULT_PRIORITY": 0,
@@ -129,6 +139,7 @@ class WorkqueueSettings:
 
     def __init__(self) -> None:
         self._user: dict[str, Any] | None = None
+        self._queues: list[str] | None = None
 
     @property
     def user(self) -> dict[str, Any]:
@@ -141,15 +152,67 @@ class WorkqueueSettings:
             raise AttributeError(f"Unknown WORKQUEUE setting {name!r}")
         return self.user.get(name, DEFAULTS[name])
 
+    @property
+    def QUEUES(self) -> Any:
+        """Every queue that exists (``queue_names``); what ``WORKQUEUE["QUEUES"]`` holds if
+        it is not a list of names (the checks report it)."""
+        configured = self.user.get("QUEUES", DEFAULTS["QUEUES"])
+        if not isinstance(configured, list | tuple):
+            return configured
+        if self._queues is None:
+            self._queues = queue_names(configured, workqueue_aliases())
+        return self._queues
+
     def reload(self) -> None:
         self._user = None
+        self._queues = None
 
 
 workqueue_settings = WorkqueueSettings()
 
 
+def queue_names(configured: Any, aliases: dict[str, list[str]]) -> list[str]:
+    """``WORKQUEUE["QUEUES"]`` followed by each alias's queues not already named, in order.
+
+    >>> queue_names(["default"], {"default": ["default", "emails"]})
+    ['default', 'emails']
+    """
+    names = list(configured)
+    for queues in aliases.values():
+        names += [name for name in queues if name not in names]
+    return names
+
+
+def workqueue_aliases() -> dict[str, list[str]]:
+    """The ``TASKS`` aliases that run on django-workqueue, each with its ``QUEUES`` (Django's
+    default: ``["default"]``); an alias whose backend cannot be imported is not ours."""
+    aliases: dict[str, list[str]] = {}
+    tasks = getattr(settings, "TASKS", None)
+    if not isinstance(tasks, dict):
+        return aliases
+    for alias, params in tasks.items():
+        if isinstance(params, dict) and runs_on_workqueue(params.get("BACKEND")):
+            queues = params.get("QUEUES", ["default"])
+            if isinstance(queues, list | tuple | set | frozenset):
+                aliases[alias] = [q for q in queues if isinstance(q, str) and q]
+    return aliases
+
+
+def runs_on_workqueue(backend: Any) -> bool:
+    """Whether a ``TASKS`` ``BACKEND`` path is ``WorkqueueBackend`` or a subclass of it."""
+    if backend == WORKQUEUE_BACKEND:
+        return True
+    if not isinstance(backend, str):
+        return False
+    try:
+        # Imported by path: this module sits below the backend and cannot import it.
+        return bool(getattr(import_string(backend), "runs_on_workqueue", False))
+    except (ImportError, ImproperlyConfigured, AppRegistryNotReady):
+        return False
+
+
 def _reload(*, setting: str, **kwargs: Any) -> None:
-    if setting == "WORKQUEUE":
+    if setting in ("WORKQUEUE", "TASKS"):
         workqueue_settings.reload()
 
 

@@ -3,6 +3,8 @@
 Parsing and the computation of ticks are croniter's (5 fields, or 6 with seconds last); ticks
 are computed in the schedule's time zone and returned in UTC. ``@task(cron=...)`` validates
 with these at definition (``registry.py``); ``schedules.py`` and the scheduler tick with them.
+croniter (and dateutil with it) is imported at the first cron expression, not at start-up: a
+project without cron schedules does not load it.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 
 def cron_problem(cron: Any) -> str | None:
@@ -21,6 +21,8 @@ def cron_problem(cron: Any) -> str | None:
             f"cron must be a string of 5 fields (minute hour day month weekday) or 6 (seconds "
             f"last), got {cron!r}"
         )
+    from croniter import croniter
+
     if not croniter.is_valid(cron):
         return f"cron {cron!r} is not a valid cron expression"
     return None
@@ -37,6 +39,8 @@ def timezone_problem(name: Any) -> str | None:
 
 def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
     """The first tick of ``cron`` in ``timezone`` strictly after ``after``, in UTC."""
+    from croniter import croniter
+
     local = after.astimezone(ZoneInfo(timezone))
     return croniter(cron, local).get_next(datetime).astimezone(UTC)
 
@@ -44,6 +48,8 @@ def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
 def latest_tick(cron: str, timezone: str, first: datetime, now: datetime) -> datetime:
     """The last tick at or before ``now``, ``first`` (a due tick) at the earliest. croniter's
     ``get_prev`` is strictly before its start, so a tick at exactly ``now`` is looked for too."""
+    from croniter import croniter
+
     local = now.astimezone(ZoneInfo(timezone))
     before = croniter(cron, local).get_prev(datetime).astimezone(UTC)
     at = next_tick(cron, timezone, before)

@@ -33,6 +33,8 @@ INSTALLED_APPS = [
     "django_workqueue",
     "testproject.testapp",
     "testproject.demo",
+    # django-tasks-db's table, for `workqueue import-django-tasks-db` (tests only).
+    "tests.support.django_tasks_db_twin",
 ]
 # The API and the websockets are optional extras: the project runs without them (tox env base).
 HAS_API = all(importlib.util.find_spec(name) for name in ("rest_framework", "drf_spectacular"))

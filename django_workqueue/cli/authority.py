@@ -25,7 +25,7 @@ SUBCOMMAND_ACTIONS = {
     "status": "view", "workers": "view", "jobs": "view", "show": "view", "explain": "view",
     "cancel": "cancel",
     "retry": "retry", "redrive": "redrive", "hold": "hold", "release": "release",
-    "pause": "pause", "resume": "resume", "purge": "purge",
+    "pause": "pause", "resume": "resume", "purge": "purge", "import-django-tasks-db": "enqueue",
 }  # fmt: skip
 """The permission action each subcommand needs (``permissions.ACTIONS``)."""
 

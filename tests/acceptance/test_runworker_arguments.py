@@ -37,7 +37,12 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 @pytest.mark.parametrize(
     ("args", "expected_code", "message"),
     [
-        (["--queues", "nosuch"], 1, "unknown queue(s) nosuch; WORKQUEUE['QUEUES'] has default"),
+        (
+            ["--queues", "nosuch"],
+            1,
+            "unknown queue(s) nosuch; the queues (WORKQUEUE['QUEUES'] and the TASKS aliases' "
+            "QUEUES) are default",
+        ),
         (["--queues", " , "], 2, "argument --queues: give at least one queue name"),
         (["--concurrency", "0"], 2, "argument --concurrency: 0 must be at least 1"),
         (["--concurrency", "two"], 2, "argument --concurrency: 'two' is not a whole number"),
@@ -203,7 +208,7 @@ def test_runworker_waits_for_a_database_it_cannot_reach(tmp_path: Path) -> None:
         assert "Traceback" not in worker.stderr
         worker.send(signal.SIGTERM)  # still stoppable while it waits, and cleanly
         assert worker.wait(timeout=30) == 0
-        assert "stopped while waiting for the database" in worker.stdout
+        assert "SIGTERM: stopped while starting, before the first claim" in worker.stderr
     finally:
         worker.kill()
 

@@ -9,11 +9,14 @@ from typing import Any
 import django
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.checks import run_checks
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
 from django_workqueue import operations
+from django_workqueue.checks import check_settings
+from django_workqueue.conf import workqueue_settings as conf
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from django_workqueue.testing import drain
@@ -255,12 +258,23 @@ def test_validate_task_refuses_what_the_engine_cannot_run(tasks: Any) -> None:
         tasks.add.using(priority=101)
     with pytest.raises(InvalidTask, match="not valid for backend"):
         tasks.add.using(queue_name="reports")  # in WORKQUEUE["QUEUES"], not in the backend's
-    with override_settings(TASKS=_tasks_setting(TASK_OPTIONS={}) | {
-        "default": {**_tasks_setting()["default"], "QUEUES": ["default", "nowhere"]}
-    }):  # fmt: skip
-        with pytest.raises(InvalidTask, match=r"WORKQUEUE\['QUEUES'\]"):
+
+
+def test_the_queues_of_tasks_exist_without_repeating_them_in_workqueue(tasks: Any) -> None:
+    from django.tasks.exceptions import InvalidTask
+
+    setting = {"default": {**_tasks_setting()["default"], "QUEUES": ["default", "emails"]}}
+    with override_settings(TASKS=setting, WORKQUEUE={}):
+        assert conf.QUEUES == ["default", "emails"]  # "default": WORKQUEUE's own default
+        assert tasks.add.get_backend().check() == []
+        assert check_settings() == []
+        assert "django_workqueue.E102" not in {m.id for m in run_checks()}
+        result = tasks.add.using(queue_name="emails").enqueue(1, 2)
+        assert Job.objects.get(pk=int(result.id)).queue == "emails"
+        with pytest.raises(InvalidTask, match=r"^Queue 'nowhere' is not valid for backend\.$"):
             tasks.add.using(queue_name="nowhere")
-        assert [m.id for m in tasks.add.get_backend().check()] == ["django_workqueue.E102"]
+    with override_settings(TASKS=setting):  # merged after WORKQUEUE["QUEUES"]
+        assert conf.QUEUES == ["default", "mail", "reports", "low", "emails"]
 
 
 def test_task_options_reach_the_engine(tasks: Any) -> None:

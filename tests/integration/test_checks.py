@@ -133,6 +133,11 @@ def test_a_tuple_of_queues_is_fine():
         assert check_settings() == []
 
 
+# The queues of TASKS' aliases are queues too (conf.QUEUES): these tests set WORKQUEUE's alone.
+NO_TASKS_QUEUES = override_settings(TASKS={})
+
+
+@NO_TASKS_QUEUES
 def test_default_queue_missing_from_queues_is_an_error():
     with workqueue(QUEUES=["mail", "reports"]):
         message = only(check_settings())
@@ -392,6 +397,7 @@ def test_a_task_whose_queue_is_not_in_queues_is_an_error_naming_the_fix(restore_
     )
 
 
+@NO_TASKS_QUEUES
 def test_every_task_on_a_removed_queue_is_reported():
     with workqueue(QUEUES=["default", "reports", "low"]):
         messages = check_task_queues()
@@ -401,6 +407,7 @@ def test_every_task_on_a_removed_queue_is_reported():
     assert {m.id for m in messages} == {"django_workqueue.E007"}
 
 
+@NO_TASKS_QUEUES
 def test_a_default_queue_missing_from_queues_is_reported_once_not_per_task():
     with workqueue(QUEUES=["mail"]):
         assert ids(check_settings()) == ["django_workqueue.E002"]

@@ -141,13 +141,14 @@ def test_a_worker_serves_its_metrics_on_loopback_unless_told_otherwise() -> None
 
 def test_runworker_metrics_address_defaults_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
     from django_workqueue.management.commands import runworker
+    from django_workqueue.worker import stop_signals
 
     served: list[tuple[int, str]] = []
     monkeypatch.setattr(metrics, "serve_worker_metrics", lambda *args: served.append(args))
     monkeypatch.setattr(
         runworker, "Worker", mock.MagicMock(return_value=mock.MagicMock(id="w", processes=None))
     )
-    monkeypatch.setattr(runworker.signal, "signal", lambda *args: None)  # the test's own stay
+    monkeypatch.setattr(stop_signals.signal, "signal", lambda *args: None)  # the test's own stay
     monkeypatch.setattr(runworker, "configure_logging", lambda verbosity: None)
 
     call_command("runworker", "--burst", "--metrics-port", "9400", stdout=io.StringIO())

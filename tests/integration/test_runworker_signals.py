@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from django_workqueue.management.commands import runworker
+from django_workqueue.worker import stop_signals
 from django_workqueue.worker.runner import Worker
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +36,7 @@ def test_a_signal_while_the_control_loop_holds_its_wake_up_lock_still_drains(mon
     before = signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(runworker.Worker, "run", run)
     stderr = io.StringIO()
-    monkeypatch.setattr(runworker.sys, "stderr", stderr)
+    monkeypatch.setattr(stop_signals.sys, "stderr", stderr)
 
     call_command("runworker", "--concurrency", "1", stdout=io.StringIO())
 

@@ -15,6 +15,7 @@ IMPORTERS = {"import_string", "import_module", "__import__"}
 # (registry.find_task).
 SETTINGS_READERS = {
     "discovery.py": "the installed apps' tasks modules, WORKQUEUE['TASK_MODULES'], ROOT_URLCONF",
+    "conf.py": "TASKS[...]['BACKEND'], to know which aliases run on django-workqueue",
     "apps.py": "the eager runner (django_workqueue.testing.runner) when WORKQUEUE['EAGER'] is on",
     "backend.py": "functions named in TASKS[...]['OPTIONS'] (or @task arguments in code)",
     "checks.py": "WORKQUEUE['BACKPRESSURE'] and WORKQUEUE['MIDDLEWARE'], to check them",

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import os
-import signal
-import sys
-import threading
-from types import FrameType
+import time
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -17,11 +12,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from ...attempt.connections import is_transient
+from ...cli.worker_queues import parsed_exclusions, queue_names, select_queues
 from ...conf import workqueue_settings as conf
 from ...db import driver_for
 from ...discovery import import_urlconf
 from ...models import Job
 from ...registry import import_errors, registered_tasks
+from ...worker import stop_signals
 from ...worker.logs import configure_logging
 from ...worker.processes import ChildLimits, require_settings_module
 from ...worker.runner import Worker
@@ -164,8 +161,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
-                            "(default: all of WORKQUEUE['QUEUES']); NAME:SLOTS gives each queue "
+                            "(default, or '*': every queue of WORKQUEUE['QUEUES'] and of the "
+                            "TASKS aliases on django-workqueue); NAME:SLOTS gives each queue "
                             "its own slots, e.g. default:8,mail:2.")  # fmt: skip
+        parser.add_argument("--exclude-queues", type=queue_names, metavar="QUEUES",
+                            help="Comma-separated queues not to serve, of every queue (or of "
+                            "--backend's).")  # fmt: skip
+        parser.add_argument("--backend", metavar="ALIAS",
+                            help="Serve the QUEUES of this TASKS alias (its BACKEND must be "
+                            "django_workqueue.backend.WorkqueueBackend).")  # fmt: skip
         parser.add_argument("--concurrency", type=slot_range,
                             help="Jobs run at once (slot threads), default 1; MIN-MAX autoscales "
                             "between MIN and MAX, e.g. 2-32.")  # fmt: skip
@@ -219,14 +223,15 @@ class Command(BaseCommand):
                 "--wait-scheduled only changes when a --burst worker exits; add --burst "
                 "(a worker without it never exits on its own)"
             )
-        slots = slot_options(options["queues"], options["concurrency"])
+        try:
+            requested = _parsed_queues(options["queues"])
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(str(exc)) from None
+        selected = select_queues(
+            requested, parsed_exclusions(options.get("exclude_queues")), options.get("backend")
+        )
+        slots = slot_options(selected, options["concurrency"])
         queues = list(slots.get("queue_slots") or slots["queues"] or conf.QUEUES)
-        unknown = [q for q in queues if q not in conf.QUEUES]
-        if unknown:
-            raise CommandError(
-                f"unknown queue(s) {', '.join(unknown)}; WORKQUEUE['QUEUES'] has "
-                f"{', '.join(conf.QUEUES)}"
-            )
         import_urlconf()  # the tasks the views' modules define (docs/guides/django-tasks.md)
         tasks = registered_tasks()
         if not tasks:
@@ -237,52 +242,14 @@ class Command(BaseCommand):
             logger.info("%d registered task(s):", len(tasks))
             for name, registered in sorted(tasks.items()):
                 logger.info("  %s (queue %s)", name, registered.spec.queue)
-        worker: Worker | None = None
-        stopped = threading.Event()  # a signal while waiting for the database
-        signals_seen = 0
-        owner = os.getpid()
-        # A signal handler runs in the main thread (the control loop's) between two of its
-        # bytecodes, possibly while it holds a lock that stopping takes (an Event's: the loop
-        # sets and clears its wake-up event all the time), and would wait for it forever. The
-        # handler only writes the signal to a pipe; a thread of its own does the rest.
-        signal_read, signal_write = os.pipe()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            nonlocal signals_seen
-            if os.getpid() != owner:
-                # A process a job forked (multiprocessing's default on Linux) inherits this
-                # handler and the pipe: it must not stop the worker, but end as it would have.
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-                return
-            signals_seen += 1
-            if signals_seen > 1:
-                os.write(2, b"second signal: exiting now; leases will expire and be reaped\n")
-                os._exit(1)
-            os.write(signal_write, bytes([signum]))
-
-        def on_first_signal() -> None:
-            with open(signal_read, "rb") as pipe:  # closed on return
-                received = pipe.read(1)
-            if not received:  # the command returned: its end of the pipe is closed
-                return
-            with contextlib.suppress(Exception):  # no stderr (a daemon): stopped all the same
-                name = signal.Signals(received[0]).name
-                sys.stderr.write(f"{name}: draining (signal again to exit at once)\n")
-            stopped.set()
-            if worker is not None:
-                worker.stop()
-
-        previous: dict[int, Any] = {}
+        # Installed when the app was ready (a SIGTERM during the imports, Django's checks or
+        # the wait for the database is a clean exit, not a death by the signal), or now.
+        signals = stop_signals.for_command()
         try:
-            threading.Thread(target=on_first_signal, name="workqueue-signals", daemon=True).start()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, on_signal)
-            if not _require_tables(stopped):
-                self.stdout.write("runworker: stopped while waiting for the database")
-                return
+            _require_tables()
             if options["metrics_port"]:
                 _serve_metrics(options["metrics_port"], options["metrics_address"])
+            signals.drain_from_now()
             worker = Worker(
                 **slots,
                 burst=options["burst"],
@@ -292,16 +259,13 @@ class Command(BaseCommand):
                 worker_id=options["worker_id"],
                 **pool,
             )
-            if stopped.is_set():  # a signal arrived while the worker was being built
-                worker.stop()
+            signals.attach(worker)
             worker.run()  # it logs its start line ("worker <id> started: ...") once registered
             if worker.processes is not None and worker.processes.failed is not None:
                 raise CommandError(f"--pool processes: {worker.processes.failed}")
             self.stdout.write(f"runworker {worker.id}: stopped after {summary(worker)}")
         finally:  # called in-process (call_command, tests): leave signals as they were
-            for signum, handler in previous.items():  # None: not set from Python
-                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-            os.close(signal_write)  # the signal thread reads the end and closes its side
+            signals.restore()
 
 
 def pool_options(options: dict[str, Any], queues: list[str]) -> dict[str, Any]:
@@ -394,14 +358,14 @@ def _nothing_to_run() -> str:
     )
 
 
-def _require_tables(stopped: threading.Event) -> bool:
+def _require_tables() -> None:
     """Stop if the job tables are missing; wait while the database cannot be reached.
 
     A worker (re)started while the database restarts or refuses connections must not exit: its
     supervisor would restart it in a loop (and systemd gives up after a few quick failures),
     so it waits with the control loop's backoff instead. Errors no wait can cure (a rejected
-    password, a database that does not exist) stop it at once. Returns False if a signal
-    stopped the wait.
+    password, a database that does not exist) stop it at once. A signal ends the wait (and the
+    process, with status 0: ``StopSignals``).
     """
     alias = conf.DATABASE
     backoff = 0.1
@@ -420,12 +384,10 @@ def _require_tables(stopped: threading.Event) -> bool:
                 "database %r cannot be reached (%s: %s); retrying in %.1fs",
                 alias, type(exc).__name__, exc, backoff,
             )  # fmt: skip
-            if stopped.wait(backoff):
-                return False
+            time.sleep(backoff)
             backoff = min(backoff * 2, _MAX_START_BACKOFF)
     if Job._meta.db_table not in tables:
         raise CommandError(
             f"the job tables do not exist in database {alias!r}; run "
             f"'manage.py migrate django_workqueue --database {alias}' first"
         )
-    return True

@@ -12,12 +12,14 @@ that needs a confirmation, without --yes, and no terminal to ask it on).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import audit, operations
-from ...cli import actions, explanation, reports, tables
+from ...cli import actions, explanation, reports, tables, tasks_db_import
 from ...cli.authority import Authority, NotAllowed
 from ...cli.confirmation import confirm
 from ...cli.selection import (
@@ -56,8 +58,10 @@ def positive_int(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "Inspect and operate the job queue: status, jobs, show, explain, cancel, retry, " \
-        "redrive, hold, release, pause, resume, purge, workers."  # fmt: skip
+    help = (
+        "Inspect and operate the job queue: status, jobs, show, explain, cancel, retry, redrive, "
+        "hold, release, pause, resume, purge, workers, import-django-tasks-db."
+    )
     requires_system_checks: list[str] = []  # an operator's tool must work on a broken config
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -133,6 +137,15 @@ class Command(BaseCommand):
             help="Only jobs that ended so (succeeded, failed, cancelled; repeat).",
         )  # fmt: skip
         wide(sub("workers", "The live workers."))
+        moving = sub(
+            "import-django-tasks-db", "Move django-tasks-db's queued rows (DBTaskResult, READY) "
+            "into jobs, each row once (docs/guides/migrating.md).", dry_run=True,
+        )  # fmt: skip
+        moving.add_argument(
+            "--include-running", action="store_true",
+            help="Also move RUNNING rows. django-tasks-db records no worker liveness: give it "
+            "only once every db_worker is stopped (the rows then start again).",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = conf.DATABASE
@@ -174,6 +187,8 @@ class Command(BaseCommand):
                 queues = list(dict.fromkeys(options["queues"]))
                 self._audit(alias, subcommand, {"queues": queues}, report.changed)
             return self._report(report)
+        if subcommand == "import-django-tasks-db":
+            return self._import_tasks_db(alias, options)
         if subcommand == "purge":
             return self._purge(alias, options)
         return self._job_action(alias, subcommand, options)
@@ -251,6 +266,33 @@ class Command(BaseCommand):
             self.stdout.write(message)
         if not would:
             raise CommandError("nothing to purge", returncode=NOTHING_CHANGED)
+
+    def _import_tasks_db(self, alias: str, options: dict[str, Any]) -> None:
+        include_running = options["include_running"]
+        try:
+            report = tasks_db_import.import_rows(
+                dry_run=options["dry_run"], include_running=include_running
+            )
+        except tasks_db_import.ImportRefused as exc:
+            raise CommandError(str(exc), returncode=ERROR) from exc
+        if not report.dry_run and report.moved:
+            target = {"source": "django-tasks-db", "include_running": include_running}
+            self._audit(alias, "import-django-tasks-db", target, report.moved)
+        if self.json:
+            self.stdout.write(json.dumps(dataclasses.asdict(report)))
+        else:
+            verb = "would move" if report.dry_run else "moved"
+            self.stdout.write(f"{verb} {report.moved} django-tasks-db row(s) into jobs")
+            for path, count in sorted(report.by_task.items()):
+                self.stdout.write(f"  {path}: {count}")
+        if report.running_left:
+            self.stderr.write(
+                f"{report.running_left} RUNNING row(s) not moved: django-tasks-db records no "
+                f"worker liveness, so one may be running in a live db_worker. Stop every "
+                f"db_worker, then run again with --include-running (they start again)."
+            )
+        if not report.moved:
+            raise CommandError("nothing to move", returncode=NOTHING_CHANGED)
 
     def _filters(self, options: dict[str, Any]) -> Filters:
         try:

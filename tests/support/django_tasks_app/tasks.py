@@ -8,3 +8,8 @@ from django.tasks import task
 @task
 def multiply(a: int, b: int) -> int:
     return a * b
+
+
+@task
+def refuse(reason: str) -> None:
+    raise ValueError(reason)

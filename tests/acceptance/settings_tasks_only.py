@@ -1,0 +1,17 @@
+"""A Django 6 project configured by TASKS alone (no WORKQUEUE dict), as a django-tasks-db
+project is once its BACKEND line names the WorkqueueBackend."""
+
+from testproject.settings import *  # noqa: F403
+
+del WORKQUEUE  # noqa: F821
+INSTALLED_APPS = [app for app in INSTALLED_APPS if not app.startswith("testproject.")]  # noqa: F405
+INSTALLED_APPS += ["tests.support.django_tasks_app"]
+ROOT_URLCONF = "tests.acceptance.urls_without_tasks"
+TASKS = {
+    "default": {
+        "BACKEND": "django_workqueue.backend.WorkqueueBackend",
+        "QUEUES": ["default", "emails"],
+        # One attempt, as django.tasks' other backends make (issue 30 item 2 makes it the default).
+        "OPTIONS": {"TASK_DEFAULTS": {"max_attempts": 1}},
+    }
+}
