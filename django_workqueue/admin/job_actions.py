@@ -149,7 +149,8 @@ ACTIONS = (
 
 BUTTONS: dict[str, tuple[Callable[..., None], str, str, tuple[str, ...]]] = {
     "cancel": (cancel_jobs, "cancel", "Cancel", tuple(ACTIVE)),
-    "retry": (retry_jobs, "retry", "Retry now", (Status.FAILED, Status.SCHEDULED)),
+    "retry": (retry_jobs, "retry", "Retry now", (Status.SCHEDULED,)),
+    "redrive": (redrive_jobs, "redrive", "Redrive", (Status.FAILED,)),
     "hold": (hold_jobs, "hold", "Hold", (Status.BLOCKED, Status.SCHEDULED, Status.READY)),
     "release": (release_jobs, "release", "Release", (Status.HELD,)),
     "purge": (purge_jobs, "purge", "Purge", (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)),

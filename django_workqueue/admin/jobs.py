@@ -247,7 +247,7 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         .values_list("job_id", "job__task_name", "job__status")
     )[:LINKED_JOBS]  # fmt: skip
     buttons = [
-        (name, "Redrive" if name == "retry" and job.status == Status.FAILED else label)
+        (name, label)
         for name, (_, needs, label, statuses) in BUTTONS.items()
         if job.status in statuses and permissions.allowed(request.user, needs)
     ]

@@ -148,14 +148,31 @@ def test_select_all_acts_on_the_filtered_list_and_records_the_filter():
 def test_the_job_page_buttons_act_on_one_job():
     job = JobFactory(failed=True)
     client = client_for(user_with("view_job", "retry_job", username="op", is_staff=True))
-    url = reverse("admin:django_workqueue_job_act", args=[job.pk, "retry"])
+    url = reverse("admin:django_workqueue_job_act", args=[job.pk, "redrive"])
 
     response = client.post(url, follow=True)
 
     assert response.status_code == 200
     assert Job.objects.get(pk=job.pk).status == "ready"
-    assert "1 job(s) retried" in " ".join(str(m) for m in response.context["messages"])
-    assert AuditRecord.objects.get().target == {"ids": [job.pk]}
+    assert "1 job(s) redriven" in " ".join(str(m) for m in response.context["messages"])
+    record = AuditRecord.objects.get()
+    assert (record.action, record.target) == ("redrive", {"ids": [job.pk]})
+
+
+@pytest.mark.parametrize(("status", "button", "label"), [
+    ("failed", "redrive", "Redrive"), ("scheduled", "retry", "Retry now"),
+])  # fmt: skip
+def test_the_job_page_offers_the_button_that_does_what_it_says(status, button, label):
+    job = JobFactory(failed=True) if status == "failed" else JobFactory(status=status)
+    client = client_for(user_with("view_job", "retry_job", username="op", is_staff=True))
+
+    page = client.get(reverse("admin:django_workqueue_job_change", args=[job.pk])).content.decode()
+
+    action = reverse("admin:django_workqueue_job_act", args=[job.pk, button])
+    assert f'action="{action}"' in page
+    assert f">{label}</button>" in page
+    other = "retry" if button == "redrive" else "redrive"
+    assert reverse("admin:django_workqueue_job_act", args=[job.pk, other]) not in page
 
 
 def test_the_job_page_buttons_are_refused_without_the_permission():

@@ -106,7 +106,7 @@ def test_the_job_page_shows_payload_tracebacks_progress_and_links_to_a_superuser
     assert f'class="wq-progress-message" data-wq-job="{job.pk}">step three<' in html
     assert f'class="wq-progress-count" data-wq-job="{job.pk}">3 / 10<' in html
     assert "django_workqueue/live-progress.js" not in html  # a finished job is not followed
-    assert f'action="/admin/django_workqueue/job/{job.pk}/act/retry/"' in html
+    assert f'action="/admin/django_workqueue/job/{job.pk}/act/redrive/"' in html
     dependent = superuser_client.get(
         reverse("admin:django_workqueue_job_change", args=[data["second"].pk])
     ).content.decode()
