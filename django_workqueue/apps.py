@@ -8,6 +8,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core.signals import setting_changed
 
+from .conf import workqueue_settings as conf
 from .discovery import discover_tasks
 
 logger = logging.getLogger("django_workqueue")
@@ -19,6 +20,7 @@ class WorkqueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, once the app registry is ready: both import the models.
         from . import checks  # noqa: F401 - registers the system checks
         from .attempt import inprocess  # noqa: F401 - registers skip-queue's runner
 
@@ -36,8 +38,6 @@ by its dotted path only when the setting is on, so production never loads the te
 
 def load_eager_runner() -> None:
     """Import the eager runner if ``WORKQUEUE["EAGER"]`` is on."""
-    from .conf import workqueue_settings as conf
-
     if conf.EAGER is True:
         importlib.import_module(EAGER_RUNNER)
 
@@ -51,9 +51,8 @@ def _eager_setting_changed(setting: str, **kwargs: Any) -> None:
 def connect_realtime() -> None:
     """In the "channel_layer" mode, publish this process's job signals to the channel layer
     (the realtime extra; nothing is imported without it)."""
-    from .conf import workqueue_settings as conf
-
     if conf.REALTIME == "channel_layer" and importlib.util.find_spec("channels") is not None:
+        # Imported here: the realtime extra (Channels) is optional.
         from .realtime import events
 
         events.connect()

@@ -16,6 +16,7 @@ from ..conf import workqueue_settings as conf
 from ..disclosure import error_type_filter
 from ..registry import registered_tasks
 from ..states import Status
+from .deadletters import dead_letter_groups
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -71,8 +72,6 @@ class ErrorTypeFilter(admin.SimpleListFilter):
     parameter_name = "error_type"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from .deadletters import dead_letter_groups
-
         jobs = model_admin.model.objects.db_manager(conf.DATABASE).all()
         groups = dead_letter_groups(jobs, recent=FILTER_SAMPLE)
         chosen = self.value()
