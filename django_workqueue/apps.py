@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.apps import AppConfig
@@ -42,9 +43,10 @@ def load_eager_runner() -> None:
         importlib.import_module(EAGER_RUNNER)
 
 
-def _eager_setting_changed(setting: str, **kwargs: Any) -> None:
-    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on."""
-    if setting == "WORKQUEUE":
+def _eager_setting_changed(setting: str, value: Any = None, **kwargs: Any) -> None:
+    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on. A
+    WORKQUEUE that is not a dict is left to the system check that names it (E002)."""
+    if setting == "WORKQUEUE" and (value is None or isinstance(value, Mapping)):
         load_eager_runner()
 
 
