@@ -4,11 +4,13 @@ import importlib
 import importlib.util
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from django.apps import AppConfig
 from django.core.signals import setting_changed
 
+from .conf import workqueue_settings as conf
 from .discovery import discover_tasks
 from .worker.stop_signals import install_early
 
@@ -27,6 +29,7 @@ class WorkqueueConfig(AppConfig):
         install_early(sys.argv)
 
     def ready(self) -> None:
+        # Imported here, once the app registry is ready: both import the models.
         from . import checks  # noqa: F401 - registers the system checks
         from .attempt import inprocess  # noqa: F401 - registers skip-queue's runner
 
@@ -44,25 +47,22 @@ by its dotted path only when the setting is on, so production never loads the te
 
 def load_eager_runner() -> None:
     """Import the eager runner if ``WORKQUEUE["EAGER"]`` is on."""
-    from .conf import workqueue_settings as conf
-
     if conf.EAGER is True:
         importlib.import_module(EAGER_RUNNER)
 
 
 def _eager_setting_changed(setting: str, value: Any = None, **kwargs: Any) -> None:
-    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on.
-    The new value is read as given: a malformed one is the system checks' to report."""
-    if setting == "WORKQUEUE" and isinstance(value, dict) and value.get("EAGER") is True:
-        importlib.import_module(EAGER_RUNNER)
+    """``override_settings(WORKQUEUE={..., "EAGER": True})`` in a test turns eager mode on. A
+    WORKQUEUE that is not a dict is left to the system check that names it (E002)."""
+    if setting == "WORKQUEUE" and (value is None or isinstance(value, Mapping)):
+        load_eager_runner()
 
 
 def connect_realtime() -> None:
     """In the "channel_layer" mode, publish this process's job signals to the channel layer
     (the realtime extra; nothing is imported without it)."""
-    from .conf import workqueue_settings as conf
-
     if conf.REALTIME == "channel_layer" and importlib.util.find_spec("channels") is not None:
+        # Imported here: the realtime extra (Channels) is optional.
         from .realtime import events
 
         events.connect()

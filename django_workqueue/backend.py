@@ -198,6 +198,8 @@ class WorkqueueBackend(BaseTaskBackend):
     def _prepare(self, task: Task, args: Any, kwargs: Any) -> Any:
         """Our task for ``task`` with its queue, priority and run_after, checked as our
         ``enqueue`` checks (before anything is written or deferred)."""
+        # Imported here: django.tasks loads this backend when a task is defined, which may be
+        # before Django's app registry is ready, and enqueue imports the models.
         from .enqueue import encode_call, job_template
 
         ours = self.engine_task(task)
@@ -284,7 +286,7 @@ class WorkqueueBackend(BaseTaskBackend):
 
 
 def _jobs(result_id: Any) -> Any:
-    from .models import Job
+    from .models import Job  # not at import: see ``_prepare``
 
     try:
         pk = int(result_id)

@@ -14,6 +14,10 @@ from django.utils.module_loading import import_string
 from .conf import DEFAULTS
 from .conf import workqueue_settings as conf
 from .db import driver_class
+from .exceptions import InvalidOption
+from .flow.claims import check_ttl
+from .registry import import_errors, registered_tasks
+from .schedules import schedule_problems
 
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
@@ -227,9 +231,6 @@ def _middleware_messages(paths: object) -> list[checks.CheckMessage]:
 
 
 def _claim_ttl_messages() -> list[checks.CheckMessage]:
-    from .exceptions import InvalidOption
-    from .flow.claims import check_ttl
-
     try:
         check_ttl("WORKQUEUE['CLAIM_TTL']", conf.CLAIM_TTL)
     except InvalidOption as exc:
@@ -364,8 +365,6 @@ def check_runworker_owner(app_configs: Any = None, **kwargs: Any) -> list[checks
 
 @checks.register()
 def check_task_imports(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .registry import import_errors
-
     return [
         checks.Warning(
             f"Task module {module} failed to import ({error}); its tasks cannot run.",
@@ -378,8 +377,6 @@ def check_task_imports(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 @checks.register()
 def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """A task whose default queue does not exist would fail at every enqueue, inside a request."""
-    from .registry import registered_tasks
-
     queues = conf.QUEUES
     if not isinstance(queues, list | tuple) or conf.DEFAULT_QUEUE not in queues:
         return []  # check_settings reports that; every task would repeat it
@@ -397,8 +394,6 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
 
 @checks.register()
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .schedules import schedule_problems
-
     return [
         checks.Error(problem, hint="See docs/guides/scheduling.md.", id="django_workqueue.E010")
         for problem in schedule_problems()

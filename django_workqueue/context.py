@@ -12,7 +12,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidProgress, JobCancelled, PayloadNotJSON
+from .flow.claims import claim
 from .payload import encode, storable_text
+from .registry import find_task
 
 if TYPE_CHECKING:
     from .db import ClaimedJob, Driver, Progress
@@ -185,7 +187,7 @@ class JobContext:
 
     def progress_report(self) -> Progress | None:
         """The latest report as the driver writes it, or None if nothing was reported."""
-        from .db import Progress
+        from .db import Progress  # not at import: see ``set_progress``; db imports the models
 
         if self.progress is None:
             return None
@@ -220,9 +222,6 @@ class JobContext:
         attempt: exactly once together with the body's database writes. See
         ``docs/guides/flow-control.md``. ``key``: a non-empty string of up to 255 characters.
         """
-        from .flow.claims import claim
-        from .registry import find_task
-
         task = find_task(self.job.task_name)
         return claim(
             self._driver, key, job_id=self.job.id, ttl=ttl,
@@ -252,7 +251,7 @@ class JobContext:
         self._spawn().continue_with(step)
 
     def _spawn(self) -> Spawn:
-        from .workflow.store import Spawn
+        from .workflow.store import Spawn  # not at import: see ``set_progress``
 
         if self.spawn is None:
             self.spawn = Spawn()
@@ -262,7 +261,7 @@ class JobContext:
     def dependencies(self) -> list[Prerequisite]:
         """This job's prerequisites, in declared order, each with its status and result."""
         if self._dependencies is None:
-            from .models import Dependency
+            from .models import Dependency  # not at import: see ``set_progress``
 
             edges = (
                 Dependency.objects.using(self._driver.alias)

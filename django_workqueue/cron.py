@@ -21,7 +21,7 @@ def cron_problem(cron: Any) -> str | None:
             f"cron must be a string of 5 fields (minute hour day month weekday) or 6 (seconds "
             f"last), got {cron!r}"
         )
-    from croniter import croniter
+    from croniter import croniter  # imported at the first cron expression: not at start-up
 
     if not croniter.is_valid(cron):
         return f"cron {cron!r} is not a valid cron expression"
@@ -39,7 +39,7 @@ def timezone_problem(name: Any) -> str | None:
 
 def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
     """The first tick of ``cron`` in ``timezone`` strictly after ``after``, in UTC."""
-    from croniter import croniter
+    from croniter import croniter  # imported at the first cron expression: not at start-up
 
     local = after.astimezone(ZoneInfo(timezone))
     return croniter(cron, local).get_next(datetime).astimezone(UTC)
@@ -48,7 +48,7 @@ def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
 def latest_tick(cron: str, timezone: str, first: datetime, now: datetime) -> datetime:
     """The last tick at or before ``now``, ``first`` (a due tick) at the earliest. croniter's
     ``get_prev`` is strictly before its start, so a tick at exactly ``now`` is looked for too."""
-    from croniter import croniter
+    from croniter import croniter  # imported at the first cron expression: not at start-up
 
     local = now.astimezone(ZoneInfo(timezone))
     before = croniter(cron, local).get_prev(datetime).astimezone(UTC)

@@ -44,6 +44,7 @@ from django.db.models import Model, Q
 from . import permissions
 from .models import FlowLimit, Job, Queue, Schedule, WorkerProcess, Workflow
 from .redaction import redact, redact_text
+from .registry import registered_tasks
 
 PAYLOAD = ("view_payload",)
 ERRORS = ("view_payload", "view_traceback")
@@ -95,8 +96,6 @@ def _flow_key(clearance: Clearance, key: Any, row: Any) -> str | None:
     Only the forms made of a task's name are shown (the job's task, or a registered one)."""
     if not isinstance(key, str):
         return None
-    from .registry import registered_tasks  # the registry imports the models' neighbours
-
     task = getattr(row, "task_name", None)
     tasks = [task] if task else sorted(registered_tasks(), key=len, reverse=True)
     for name in tasks:

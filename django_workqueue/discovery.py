@@ -12,8 +12,10 @@ import importlib
 import logging
 
 from django.apps import apps
+from django.conf import settings
 from django.utils.module_loading import module_has_submodule
 
+from .conf import workqueue_settings as conf
 from .registry import import_errors
 
 logger = logging.getLogger("django_workqueue")
@@ -25,8 +27,6 @@ def discover_tasks() -> None:
     This and ``import_urlconf`` are the only imports that register tasks: finding a task by
     its name (``registry.find_task``) never imports, as names come from requests and job rows.
     """
-    from .conf import workqueue_settings as conf
-
     modules = [
         f"{config.name}.tasks"
         for config in apps.get_app_configs()
@@ -42,8 +42,6 @@ def import_urlconf() -> None:
     tasks that the views' modules define (``django.tasks`` tasks often live next to the views
     that enqueue them). Not done in ``ready()``: a URLconf may need every app ready (the
     admin's ``site.urls`` reads what each app registered)."""
-    from django.conf import settings
-
     urlconf = getattr(settings, "ROOT_URLCONF", None)
     if isinstance(urlconf, str) and urlconf:
         _import_task_module(urlconf)

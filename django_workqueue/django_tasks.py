@@ -10,6 +10,9 @@ requests carry. A worker knows the Django tasks of the modules it imports at sta
 defined elsewhere is named by a warning at its first enqueue (``warn_if_unknown_to_workers``).
 
 Importable on every Django version; only ``backend.py`` (Django 6.0+) registers tasks here.
+So ``django.tasks`` (Django 6.0+) is imported inside the functions that use it, and so are the
+models: this module loads with the backend, which ``django.tasks`` loads when a task is
+defined, possibly before Django's app registry is ready.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
+from django.conf import settings
+
+from . import signals
+from .conf import workqueue_settings
+from .decorator import task
+from .registry import find_task
 from .states import Status
 
 if TYPE_CHECKING:
@@ -56,9 +66,6 @@ CANCELLED_ERROR = "django_workqueue.exceptions.JobCancelled"
 
 def register(django_task: DjangoTask, options: dict[str, Any]) -> Task[..., Any]:
     """Our task running ``django_task`` (made once per task and options)."""
-    from .decorator import task
-    from .registry import find_task
-
     name = django_task.module_path
     known = _bridged.get(name)
     if (
@@ -92,9 +99,6 @@ def _at_start_up() -> bool:
     every worker too: while Django sets up its apps (settings, models, each app's ``ready()``,
     which imports the apps' tasks modules and ``WORKQUEUE["TASK_MODULES"]``), or while the
     URLconf is imported (workers import it at start: ``discovery.import_urlconf``)."""
-    from django.apps import apps
-    from django.conf import settings
-
     if not apps.ready:
         return True
     urlconf = sys.modules.get(str(getattr(settings, "ROOT_URLCONF", "")))
@@ -133,7 +137,7 @@ def _runner(django_task: DjangoTask) -> Any:
     def run(context: JobContext, *args: Any, **kwargs: Any) -> Any:
         result = started(django_task, context)
         if django_task.takes_context:
-            from django.tasks import TaskContext
+            from django.tasks import TaskContext  # Django 6.0+ (see the module's docstring)
 
             return func(TaskContext(task_result=result), *args, **kwargs)
         return func(*args, **kwargs)
@@ -150,9 +154,9 @@ def _runner(django_task: DjangoTask) -> Any:
 
 def started(django_task: DjangoTask, context: JobContext) -> TaskResult:
     """The running job's ``TaskResult``, after sending ``task_started`` with it."""
-    from django.tasks.signals import task_started
+    from django.tasks.signals import task_started  # Django 6.0+ (see the module's docstring)
 
-    from .models import Job
+    from .models import Job  # not at import (see the module's docstring)
 
     job = Job.objects.using(_alias()).get(pk=context.job.id)
     backend = django_task.get_backend()
@@ -164,6 +168,7 @@ def started(django_task: DjangoTask, context: JobContext) -> TaskResult:
 def task_result(job: Job, django_task: DjangoTask, alias: str) -> TaskResult:
     """``job`` as Django's ``TaskResult`` of ``django_task`` (see docs/guides/django-tasks.md
     for how each field is read)."""
+    # Django 6.0+ (see the module's docstring)
     from django.tasks import TaskResult, TaskResultStatus
     from django.tasks.base import TaskError
 
@@ -181,7 +186,7 @@ def task_result(job: Job, django_task: DjangoTask, alias: str) -> TaskResult:
         errors.append(
             TaskError(exception_class_path=CANCELLED_ERROR, traceback="JobCancelled: cancelled")
         )
-    from django.tasks.exceptions import InvalidTask
+    from django.tasks.exceptions import InvalidTask  # Django 6.0+ (see the module's docstring)
 
     task = django_task
     if task.queue_name != job.queue or task.priority != job.priority:
@@ -228,9 +233,9 @@ def send_finished(sender: Any, job_id: int, task_name: str, **kwargs: Any) -> No
     known = _bridged.get(task_name)
     if known is None:
         return
-    from django.tasks.signals import task_finished
+    from django.tasks.signals import task_finished  # Django 6.0+ (see the module's docstring)
 
-    from .models import Job
+    from .models import Job  # not at import (see the module's docstring)
 
     django_task = known[0]
     backend = django_task.get_backend()
@@ -241,14 +246,10 @@ def send_finished(sender: Any, job_id: int, task_name: str, **kwargs: Any) -> No
 
 
 def _alias() -> str:
-    from .conf import workqueue_settings
-
     return str(workqueue_settings.DATABASE)
 
 
 def connect_signals() -> None:
     """Send Django's ``task_finished`` when our jobs of Django tasks end (once per process)."""
-    from . import signals
-
     for signal in (signals.job_succeeded, signals.job_failed, signals.job_cancelled):
         signal.connect(send_finished, dispatch_uid="django_workqueue.django_tasks.finished")

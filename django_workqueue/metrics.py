@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - the base install's error
 
 from . import stats
 from .db import Outcome, Recorded
+from .operations import workers
 from .stats import counters
 
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
@@ -85,8 +86,6 @@ def _families(scope: str, rows: Sequence[stats.Stats]) -> Iterator[GaugeMetricFa
 
 
 def _workers(alias: str | None) -> Iterator[GaugeMetricFamily]:
-    from .operations import workers
-
     slots = GaugeMetricFamily(
         "workqueue_worker_slots", "Slots of each live worker.", labels=["worker", "host"]
     )

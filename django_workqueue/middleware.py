@@ -26,6 +26,7 @@ django-workqueue[otel]``).
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -179,7 +180,7 @@ def opentelemetry_span(next_call: Attempt) -> Attempt:
     ``workqueue.worker_id``; an exception is recorded on it and sets its status to ERROR.
     Needs ``opentelemetry-api`` (``pip install django-workqueue[otel]``); spans go wherever
     the process's tracer provider sends them."""
-    try:
+    try:  # imported here: opentelemetry-api is an optional extra (otel)
         import opentelemetry.trace as trace
     except ImportError as exc:
         raise ImproperlyConfigured(
@@ -216,8 +217,6 @@ def opentelemetry_span(next_call: Attempt) -> Attempt:
 
 def opentelemetry_missing() -> str | None:
     """Why ``opentelemetry_span`` cannot be used here, or None (for the system check)."""
-    import importlib.util
-
     if importlib.util.find_spec("opentelemetry") is None:
         return "opentelemetry-api is not installed: pip install 'django-workqueue[otel]'"
     return None

@@ -31,7 +31,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="workqueue metrics"'
         return response
-    try:
+    try:  # imported here: prometheus-client is an optional extra (prometheus)
         from . import metrics as prometheus
     except ImportError as exc:  # the extra is not installed: say so, not a bare 500
         return HttpResponse(f"{exc}\n", status=501, content_type="text/plain")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+from .conf import workqueue_settings as conf
+
 _lock = threading.Lock()
 _listeners: dict[threading.Event, frozenset[str]] = {}
 _eager: Callable[[], None] | None = None
@@ -40,8 +42,6 @@ def wake(queues: Iterable[str]) -> None:
     for event, served in listeners:
         if served & wanted:
             event.set()
-    from .conf import workqueue_settings as conf
-
     if conf.EAGER and _eager is not None:
         # WORKQUEUE["EAGER"] (tests): what a worker would now claim runs here, at once.
         _eager()

@@ -24,6 +24,7 @@ from ..exceptions import InvalidFilterValue
 from ..filter_values import object_id, query_value
 from ..registry import registered_tasks
 from ..states import Status
+from .deadletters import dead_letter_groups
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -82,8 +83,6 @@ class ErrorTypeFilter(admin.SimpleListFilter):
     parameter_name = "error_type"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from .deadletters import dead_letter_groups
-
         jobs = model_admin.model.objects.db_manager(conf.DATABASE).all()
         groups = dead_letter_groups(jobs, recent=FILTER_SAMPLE)
         chosen = self.value()

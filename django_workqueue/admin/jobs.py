@@ -26,7 +26,6 @@ from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
-from ..states import Status
 from . import live_progress
 from .disclosed import Disclosed
 from .filters import (

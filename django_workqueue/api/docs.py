@@ -211,10 +211,12 @@ def _cell(text: str) -> str:
 
 
 def main() -> None:
+    # Imported here: run as a script (``python -m django_workqueue.api.docs``), which sets
+    # Django up first; the schema imports the API's views, which import the models.
     import django
 
     django.setup()
-    from .schema import build_schema
+    from .schema import build_schema  # after django.setup(): see above
 
     sys.stdout.write(render(build_schema()))
 

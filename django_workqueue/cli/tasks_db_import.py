@@ -106,7 +106,7 @@ def import_rows(*, dry_run: bool, include_running: bool = False) -> ImportReport
 
 def _engine_task(path: str, backend: str, queue: str, priority: int) -> Any:
     """Our task for rows of ``path`` enqueued to ``backend``'s ``queue`` at ``priority``."""
-    from django.tasks.exceptions import InvalidTask
+    from django.tasks.exceptions import InvalidTask  # django.tasks: Django 6.0+ only
 
     # Looked up, never imported by the row's name: a row is data (tests/unit/
     # test_no_import_by_name.py); the project's tasks are defined at start-up.

@@ -39,11 +39,11 @@ def driver_for(alias: str) -> Driver:
     if driver is None:
         vendor = connections[alias].vendor
         if vendor == "postgresql":
-            from .postgresql import PostgresDriver
+            from .postgresql import PostgresDriver  # only the vendor in use is loaded
 
             driver = PostgresDriver(alias)
         elif vendor == "sqlite":
-            from .sqlite import SQLiteDriver
+            from .sqlite import SQLiteDriver  # only the vendor in use is loaded
 
             driver = SQLiteDriver(alias)
         else:
@@ -59,11 +59,11 @@ def driver_class(engine: str) -> type[Driver] | None:
     """The driver for a ``DATABASES`` ENGINE, or None if unsupported. Read from the setting
     alone, without loading the backend: the system checks ask before any connection."""
     if engine.endswith(("postgresql", "postgis")):
-        from .postgresql import PostgresDriver
+        from .postgresql import PostgresDriver  # only the vendor in use is loaded
 
         return PostgresDriver
     if engine.endswith("sqlite3"):
-        from .sqlite import SQLiteDriver
+        from .sqlite import SQLiteDriver  # only the vendor in use is loaded
 
         return SQLiteDriver
     return None

@@ -117,7 +117,7 @@ class SessionWatch(WorkerWatch):
         self._woken = threading.Event()
 
     def wait_gone(self, worker: Any) -> bool:
-        import psycopg
+        import psycopg  # the optional postgres extra: loaded only on PostgreSQL
 
         with self._lock:
             if self._interrupted:

@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.core import checks
 from django.core.checks import CheckMessage
 from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
 from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
+from ..conf import workqueue_settings as conf
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from . import pg_liveness
@@ -52,7 +54,7 @@ logger = logging.getLogger("django_workqueue.db")
 def _prepared_cursor_class() -> Any:
     """The cursor class of ``PostgresDriver._fetchone``; None without psycopg 3 (Django also
     runs on psycopg2, which cannot bind on the server)."""
-    try:
+    try:  # psycopg 3 only, so imported here: Django also runs on psycopg2
         from django.db.backends.postgresql import base
         from psycopg import ClientCursor
         from psycopg.types.numeric import Int8
@@ -118,7 +120,7 @@ def _announced_pid(connection: Any) -> int:
 def _client_cursor_class() -> Any:
     """psycopg 3's client-side binding cursor class; without psycopg 3 (psycopg2) an empty
     tuple, of which nothing is an instance."""
-    try:
+    try:  # psycopg 3 only, so imported here: Django also runs on psycopg2
         from psycopg import ClientCursor
     except ImportError:  # pragma: no cover - psycopg2
         return ()
@@ -297,8 +299,6 @@ class PostgresDriver(Driver):
         cursor (client-side binding). Either way through Django's cursor wrapper: the
         statement joins the open transaction, errors are Django's, and it is logged and
         instrumented (``execute_wrapper``) like any query."""
-        from ..conf import workqueue_settings as conf
-
         db = self.connection
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
             with db.cursor() as cursor:
@@ -338,7 +338,8 @@ class PostgresDriver(Driver):
             or timezone != db.timezone  # TIME_ZONE changed (override_settings)
         ):
             cursor = _PreparedCursor(db.connection)
-            # As Django's create_cursor: the connection's time zone, if it differs.
+            # As Django's create_cursor: the connection's time zone, if it differs. Imported
+            # here: psycopg 3 only (a _PreparedCursor exists only with psycopg 3).
             from django.db.backends.postgresql.psycopg_any import register_tzloader
             from psycopg.postgres import types
             from psycopg.pq import Format
@@ -883,8 +884,6 @@ class PostgresDriver(Driver):
         name: str = "",
         on_standby: Callable[[], None] = lambda: None,
     ) -> Listener:
-        from ..conf import workqueue_settings as conf
-
         listener = Listener(
             listen_params(self.connection, conf.LISTEN_DSN), on_ready, on_abort, name,
             standbys=int(conf.MAINTAINER_STANDBYS), on_standby=on_standby,
@@ -896,12 +895,10 @@ class PostgresDriver(Driver):
         return pg_liveness.gone_workers()
 
     def worker_watch(self) -> pg_liveness.SessionWatch | None:
-        from ..conf import workqueue_settings as conf
-
         if not conf.LISTEN_NOTIFY:  # no direct connection is asked for: leases only
             return None
         try:
-            import psycopg  # noqa: F401
+            import psycopg  # noqa: F401 - the optional postgres extra: is it installed?
         except ImportError:
             return None
         return pg_liveness.SessionWatch(listen_params(self.connection, conf.LISTEN_DSN))
@@ -910,13 +907,9 @@ class PostgresDriver(Driver):
 
     @classmethod
     def check_settings(cls, alias: str, settings_dict: Mapping[str, Any]) -> list[CheckMessage]:
-        from django.core import checks
-
-        from ..conf import workqueue_settings as conf
-
         if not conf.LISTEN_NOTIFY:
             return []
-        try:  # Django also runs on psycopg2; the listener needs psycopg 3's notifies()
+        try:  # imported here: Django also runs on psycopg2; the listener needs psycopg 3
             import psycopg  # noqa: F401
         except ImportError as exc:
             return [
@@ -980,7 +973,7 @@ def listen_params(db: BaseDatabaseWrapper, dsn: str | None) -> dict[str, Any]:
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
     if dsn:
-        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.conninfo import conninfo_to_dict  # psycopg 3 only: see Listener.run
 
         params.update(conninfo_to_dict(dsn))
     # A connection that dies without a word (a NAT or firewall dropping it) fails within about
@@ -1034,7 +1027,7 @@ class Listener(threading.Thread):
         self._standby_due = False  # a slot to try or to give up at the next turn
 
     def run(self) -> None:
-        import psycopg
+        import psycopg  # imported here: psycopg 3 only (Django also runs on psycopg2)
 
         backoff = 0.1
         while not self.stopping.is_set():

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from django.core import checks
 from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -548,8 +551,6 @@ class SQLiteDriver(Driver):
 
     @classmethod
     def check_settings(cls, alias: str, settings_dict: Mapping[str, Any]) -> list[CheckMessage]:
-        from django.core import checks
-
         options = settings_dict.get("OPTIONS") or {}
         messages: list[CheckMessage] = []
         init = str(options.get("init_command", "")).replace(" ", "").lower()
@@ -575,9 +576,6 @@ class SQLiteDriver(Driver):
         return messages
 
     def incurable_connection_error(self, exc: BaseException) -> str | None:
-        import sqlite3
-        from pathlib import Path
-
         if getattr(exc.__cause__, "sqlite_errorcode", None) != sqlite3.SQLITE_CANTOPEN:
             return None
         name = str(self.connection.settings_dict.get("NAME"))

@@ -51,7 +51,7 @@ def _routes_job_consumer(dotted_path: str | None) -> bool:
             dotted_path, exc_info=True,
         )  # fmt: skip
         return False
-    from .consumers import JobConsumer
+    from .consumers import JobConsumer  # Channels (the realtime extra): only once it is found
 
     return _reaches(application, JobConsumer, _DEPTH, set())
 

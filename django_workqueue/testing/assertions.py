@@ -34,7 +34,7 @@ def enqueued_jobs(
 ) -> list[Job]:
     """The jobs of ``task`` (oldest first) whose args / kwargs equal the given ones (as JSON:
     a tuple equals a list), in any status unless ``status`` names some."""
-    from ..models import Job
+    from ..models import Job  # not at import: see ``testing.runner.drain``
 
     jobs = Job.objects.using(conf.DATABASE).filter(task_name=_task_name(task)).order_by("pk")
     if status is not None:

@@ -82,7 +82,7 @@ def drain(queues: Iterable[str] | None = None, *, max_jobs: int = MAX_JOBS) -> i
 def _still_ready(queues: list[str]) -> bool:
     """Whether a job of ``queues`` is ready to be claimed (after ``max_jobs`` attempts: only
     then is stopping a failure; exactly ``max_jobs`` jobs and nothing after them is not)."""
-    from ..models import Job, Queue
+    from ..models import Job, Queue  # not at import: see ``drain``
 
     paused = Queue.objects.using(conf.DATABASE).filter(paused_at__isnull=False).values("name")
     return (
@@ -100,7 +100,8 @@ def run_job(job: Job | int) -> Job:
     >>> job.status
     'succeeded'
     """
-    from ..attempt.inprocess import run_claimed  # needs the app registry (see drain)
+    # Imported here: they need the app registry (see ``drain``).
+    from ..attempt.inprocess import run_claimed
     from ..db import driver_for
     from ..models import Job
 

@@ -14,6 +14,10 @@ import signal
 import socket
 import sys
 
+import django
+
+from .logs import configure_logging
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -43,13 +47,10 @@ def main(argv: list[str]) -> None:
     verbosity, worker_pid = int(argv[3]), int(argv[4])
     die_with_worker(worker_pid)
     jobs, control = (socket.socket(fileno=fd) for fd in (jobs_fd, control_fd))
-    # Imported here: the child's modules import the models, which need django.setup() first.
-    import django
-
     django.setup()
+    # Imported here: the child's modules import the models, which need django.setup() first.
     from ..discovery import import_urlconf
     from .child import serve
-    from .logs import configure_logging
     from .wire import Channel
 
     configure_logging(verbosity)

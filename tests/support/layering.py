@@ -2,14 +2,18 @@
 
 Reports the import cycles among the package's modules (imports inside functions count, those
 under `if TYPE_CHECKING:` do not — the same graph `lint-imports` checks), the imports made inside
-functions, the longest function and module, and the lines of code. tests/unit/test_layering.py
-asserts the cycle count from the same graph.
+functions (each with the comment that says why it is not at the top of its module), the longest
+function and module, and the lines of code. tests/unit/test_layering.py asserts the cycle count
+from the same graph, and that every import inside a function says why.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +84,9 @@ class FunctionImport:
     path: str
     line: int
     module: str
+    # Why it is inside a function: the comment on its line(s), or on the line above the run of
+    # import statements it belongs to (one comment may explain a block); "" if none says.
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,37 +114,111 @@ def _imported_module(node: ast.Import | ast.ImportFrom, module_name: str) -> str
     return ".".join([*base, node.module] if node.module else base)
 
 
+# Tool directives are not reasons: a bare noqa code alone says nothing of why.
+_DIRECTIVES = re.compile(
+    r"noqa(:\s*[A-Z]+[0-9]+(\s*,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?"
+    r"|pragma:\s*no\s+cover|fmt:\s*(skip|off|on)",
+    re.IGNORECASE,
+)
+
+
+def _comments(source: str) -> dict[int, tuple[str, bool]]:
+    """Line number -> (the text of the comment on that line, whether it is the line's only
+    content)."""
+    return {
+        token.start[0]: (token.string.lstrip("#").strip(), token.line.lstrip().startswith("#"))
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+
+
+def _comment_above(line: int, comments: dict[int, tuple[str, bool]]) -> str:
+    """The comment on the line above ``line``, with the comment lines right above it (a
+    comment may take several lines)."""
+    if line - 1 not in comments:
+        return ""
+    texts = [comments[line - 1][0]]
+    above = line - 2
+    while comments[above + 1][1] and above in comments and comments[above][1]:
+        texts.insert(0, comments[above][0])
+        above -= 1
+    return " ".join(texts)
+
+
+def _reason(comment: str) -> str:
+    """The comment if it says something beyond tool directives (two words at least), or ""."""
+    words = re.findall(r"[A-Za-z][\w.'-]*", _DIRECTIVES.sub(" ", comment))
+    return comment if len(words) >= 2 else ""
+
+
+def _explain(
+    statements: list[ast.Import | ast.ImportFrom], comments: dict[int, tuple[str, bool]]
+) -> list[str]:
+    """The reason of each import statement (in source order): its own lines' comment, else the
+    comment on the line above the run of consecutive import statements it starts or continues."""
+    reasons = []
+    above = ""
+    previous_end = -1
+    for node in statements:
+        if node.lineno != previous_end + 1:  # a new run: its reason is the line above
+            above = _reason(_comment_above(node.lineno, comments))
+        own = next(
+            (
+                _reason(comments[line][0])
+                for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                if line in comments and _reason(comments[line][0])
+            ),
+            "",
+        )
+        reasons.append(own or above)
+        previous_end = node.end_lineno or node.lineno
+    return reasons
+
+
 def function_imports(package_dir: Path) -> list[FunctionImport]:
-    """Every import statement inside a function body (outside `if TYPE_CHECKING:`)."""
+    """Every import statement inside a function body (outside `if TYPE_CHECKING:`), with the
+    comment that says why it is there (see ``FunctionImport.reason``)."""
+    return [found for path in _modules(package_dir) for found in _in_functions(path, package_dir)]
+
+
+def _in_functions(path: Path, package_dir: Path) -> list[FunctionImport]:
+    relative = path.relative_to(package_dir.parent)
+    parts = relative.with_suffix("").parts
+    # A package's own module: a relative import of level 1 names the package itself.
+    module_name = ".".join(parts[:-1] if path.name == "__init__.py" else parts)
+    if path.name == "__init__.py":
+        module_name += ".__init__"
+    source = path.read_text()
+    tree = ast.parse(source, str(path))
+    # Every import statement of the module, in source order: a run of imports may start at the
+    # top of a function and be explained by one comment above it.
+    statements = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)),
+        key=lambda node: node.lineno,
+    )
+    reasons = dict(zip(statements, _explain(statements, _comments(source)), strict=True))
     found = []
-    for path in _modules(package_dir):
-        relative = path.relative_to(package_dir.parent)
-        parts = relative.with_suffix("").parts
-        # A package's own module: a relative import of level 1 names the package itself.
-        module_name = ".".join(parts[:-1] if path.name == "__init__.py" else parts)
-        if path.name == "__init__.py":
-            module_name += ".__init__"
-        tree = ast.parse(path.read_text(), str(path))
 
-        def walk(node: ast.AST, in_function: bool, *, relative=relative, module_name=module_name):
-            if isinstance(node, ast.If) and _is_type_checking(node.test):
-                for child in node.orelse:
-                    walk(child, in_function)
-                return
-            if in_function and isinstance(node, ast.Import | ast.ImportFrom):
-                found.append(
-                    FunctionImport(
-                        path=str(relative),
-                        line=node.lineno,
-                        module=_imported_module(node, module_name),
-                    )
+    def walk(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                walk(child, in_function)
+            return
+        if in_function and isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(
+                FunctionImport(
+                    path=str(relative),
+                    line=node.lineno,
+                    module=_imported_module(node, module_name),
+                    reason=reasons[node],
                 )
-            inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            for child in ast.iter_child_nodes(node):
-                walk(child, inner)
+            )
+        inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for child in ast.iter_child_nodes(node):
+            walk(child, inner)
 
-        walk(tree, False)
-    return found
+    walk(tree, False)
+    return sorted(found, key=lambda each: each.line)
 
 
 def longest_function(package_dir: Path) -> Span:
@@ -169,8 +250,12 @@ def report(package_dir: Path = ROOT / PACKAGE) -> str:
     lines = [
         f"import cycles: {len(cycles)}"
         + "".join(f"\n  {len(cycle)} modules: {', '.join(cycle)}" for cycle in cycles),
-        f"imports inside functions: {len(imports)} ({len(internal)} of {PACKAGE} modules)",
-        *(f"  {each.path}:{each.line} {each.module}" for each in imports),
+        f"imports inside functions: {len(imports)} ({len(internal)} of {PACKAGE} modules;"
+        f" {sum(not each.reason for each in imports)} without a reason)",
+        *(
+            f"  {each.path}:{each.line} {each.module}  # {each.reason or 'NO REASON'}"
+            for each in imports
+        ),
         f"longest function: {function.name} ({function.lines} lines)",
         f"longest module: {longest_file} ({counts[longest_file]} lines)",
         f"lines of code (without migrations): {sum(counts.values())} in {len(counts)} modules",

@@ -1,17 +1,19 @@
 """The layer map holds: import-linter's contracts (pyproject.toml) are kept, a violating import
-breaks them, and no module of django_workqueue imports itself back through others."""
+breaks them, no module of django_workqueue imports itself back through others, and every import
+left inside a function says why it is not at the top of its module."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.support.layering import ROOT, import_cycles, import_graph
+from tests.support.layering import PACKAGE, ROOT, function_imports, import_cycles, import_graph
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the test extra's import-linter
 
@@ -70,3 +72,57 @@ def test_no_module_imports_itself_back_through_others():
             for match in graph.find_matching_direct_imports(import_expression=expression):
                 graph.remove_import(importer=match["importer"], imported=match["imported"])
     assert import_cycles(graph) == []
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import inside a function hides a dependency from the top of its module: it stays
+    only with a comment (on its line, or above its run of imports) giving the reason — an
+    optional extra, a plugin point named by a setting, the app registry not ready at import,
+    a command's start-up cost. Otherwise it belongs at the top of the module."""
+    unexplained = [
+        f"{each.path}:{each.line} imports {each.module}"
+        for each in function_imports(ROOT / PACKAGE)
+        if not each.reason
+    ]
+    assert unexplained == [], "move to the top of the module, or say why not:\n" + "\n".join(
+        unexplained
+    )
+
+
+def test_an_import_inside_a_function_without_a_reason_is_found(tmp_path):
+    package = tmp_path / "sample"
+    package.mkdir()
+    (package / "module.py").write_text(
+        textwrap.dedent(
+            """\
+            def bare():
+                from .models import Job  # noqa: F401
+
+            def explained_on_its_line():
+                import psycopg  # the postgres extra: psycopg is optional
+
+            def explained_above_its_run():
+                # Imported here: the models need Django's app registry, not ready at import.
+                from .models import Job
+                from .store import write
+
+            def explained_above_a_try():
+                try:  # prometheus-client is an optional extra
+                    import prometheus_client
+                except ImportError:
+                    return None
+
+            def a_run_broken_by_code():
+                # Imported here: django.setup() must run first.
+                import django
+
+                django.setup()
+                from .child import serve
+            """
+        )
+    )
+    found = {each.line: each for each in function_imports(package)}
+    unexplained = sorted(line for line, each in found.items() if not each.reason)
+    assert unexplained == [2, 23]
+    assert found[9].reason == found[10].reason
+    assert "app registry" in found[10].reason

@@ -326,7 +326,7 @@ def pool_options(options: dict[str, Any], queues: list[str]) -> dict[str, Any]:
 
 
 def _serve_metrics(port: int, address: str) -> None:
-    try:
+    try:  # imported here: prometheus-client is an optional extra, needed by --metrics-port only
         from ...metrics import serve_worker_metrics
     except ImportError as exc:
         raise CommandError(f"--metrics-port: {exc}") from None
