@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -138,6 +138,18 @@ def test_drain_on_the_main_thread_records_the_body_exit_as_a_failure(kind: str) 
     assert_failed_by(job, kind)
 
 
+@pytest.fixture
+def python_default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler, as in a process that installed none (a test run's earlier
+    tests may leave another one: the watch then rightly stays out of the way)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_default_sigint")
 def test_a_ctrl_c_of_the_process_during_drain_stops_it_and_gives_the_job_back() -> None:
     """Not the body's: the interrupt reaches the caller and the job is back ``ready``, its
     attempt not charged, as a worker's shutdown gives back its jobs."""
