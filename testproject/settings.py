@@ -33,9 +33,11 @@ INSTALLED_APPS = [
     "django_workqueue",
     "testproject.testapp",
     "testproject.demo",
-    # django-tasks-db's table, for `workqueue import-django-tasks-db` (tests only).
-    "tests.support.django_tasks_db_twin",
 ]
+# django-tasks-db's table, for `workqueue import-django-tasks-db`: the test suite's copy, which a
+# project run from the built wheel (tests/acceptance/test_packaging.py) does not have.
+if importlib.util.find_spec("tests") and importlib.util.find_spec("tests.support"):
+    INSTALLED_APPS += ["tests.support.django_tasks_db_twin"]
 # The API and the websockets are optional extras: the project runs without them (tox env base).
 HAS_API = all(importlib.util.find_spec(name) for name in ("rest_framework", "drf_spectacular"))
 HAS_REALTIME = importlib.util.find_spec("channels") is not None

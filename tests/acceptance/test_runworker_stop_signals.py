@@ -55,7 +55,7 @@ def test_a_signal_to_a_started_idle_worker_exits_0(
 
     assert worker.wait() == 0
     assert f"{signum.name}: draining" in worker.stderr
-    assert "stopped after 0 job(s)" in worker.stdout
+    assert "stopped after 0 attempts: 0 jobs finished" in worker.stdout
 
 
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: s.name)
@@ -70,6 +70,6 @@ def test_a_signal_after_the_first_claim_finishes_the_job_and_exits_0(
     worker.send(signum)
 
     assert worker.wait() == 0
-    assert "stopped after 1 job(s)" in worker.stdout
+    assert "stopped after 1 attempt: 1 job finished" in worker.stdout
     job.refresh_from_db()
     assert job.status == Status.SUCCEEDED

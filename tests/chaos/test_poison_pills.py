@@ -65,7 +65,8 @@ PILLS = size(2, 5)  # of each kind
 BUDGET = 3  # the pills' max_attempts
 SLEEP = size(0.05, 0.1)  # seconds per normal job: pills crash workers that are busy with them
 KINDS = {"chaos_segfault": -signal.SIGSEGV, "chaos_exit": POISON_EXIT_CODE}  # exit statuses
-REAPED_FROM = re.compile(r"worker (\S+) stopped renewing")
+# The reaper names the lease owner: a worker seen gone (liveness) or one that stopped renewing.
+REAPED_FROM = re.compile(r"worker (\S+) (?:is gone|stopped renewing)")
 
 
 def enqueue_phase(ledger: Ledger, pill: Task) -> tuple[list[int], list[int]]:

@@ -42,6 +42,7 @@ def test_the_schema_is_generated_without_a_warning_and_is_valid():
     }  # fmt: skip
     assert operations == {
         ("jobs/", "get"), ("jobs/", "post"), ("jobs/{id}/", "get"),
+        ("jobs/{id}/explain/", "get"),
         ("jobs/{id}/cancel/", "post"), ("jobs/{id}/retry/", "post"),
         ("jobs/{id}/hold/", "post"), ("jobs/{id}/release/", "post"),
         ("jobs/redrive/", "post"), ("workflows/", "get"), ("workflows/{id}/", "get"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,6 +20,7 @@ from testproject.testapp.flow_tasks import one_per_customer, twenty_a_second
 from testproject.testapp.tasks import add
 from tests.support.api import API, basic
 from tests.support.factories import JobFactory
+from tests.support.flow import flow_tasks
 from tests.support.users import VIEWER, user_with
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_passwords")]
@@ -28,6 +30,14 @@ NO_PAYLOAD = Clearance(payload=False, tracebacks=False)
 
 def codes(job: Job, **options) -> list[str]:
     return [reason.code for reason in operations.explain(job, **options).reasons]
+
+
+@pytest.fixture(autouse=True)
+def registered_flow_tasks() -> Iterator[None]:
+    """The flow-controlled tasks are registered only while a test uses them (tests/support/
+    flow.py): the limit reason reads the task's limits from the registry."""
+    with flow_tasks():
+        yield
 
 
 @pytest.fixture
