@@ -67,13 +67,17 @@ class Registration:
         self.declared = token
 
     def declare_liveness(self) -> None:
-        """Show a token taken (or taken anew) since the last write; nothing to write otherwise.
-        A token lost meanwhile stays shown: the maintainer then takes this worker for dead, as
-        it must when the session that proved it alive is gone."""
+        """Show the token this process holds now, written only when it changed. A token lost
+        while the process runs (a database restart, a cut LISTEN connection) is shown as none:
+        this code running proves the worker alive, so the reaper leaves its jobs to their
+        leases until a new token is taken, instead of taking a live worker for dead and
+        reaping the jobs it claims meanwhile. (Called before every claim.)"""
         token = self.liveness()
-        if token is None or token == self.declared:
+        if token == self.declared:
             return
-        WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).update(liveness=token)
+        WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).update(
+            liveness=token or ""
+        )
         self.declared = token
 
     def beat(self, running: int = 0) -> int | None:
