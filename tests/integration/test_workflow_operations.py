@@ -503,3 +503,31 @@ def test_redrive_in_a_workflow_an_operator_cancelled_brings_no_step_back(drain):
     assert statuses(step, second, third) == ["failed", "cancelled", "cancelled"]
     wf = assert_counters_match_jobs(wf)
     assert wf.status == "failed" and wf.finished_at is not None
+
+
+@pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
+def test_cancel_workflow_cancels_steps_added_by_its_only_running_step_as_it_finishes(
+    background_worker, hold_row
+):
+    """The running step is the workflow's only open job: it ends, adding a step, while the
+    cancellation waits. Either the step is written and then cancelled, or it is not written."""
+    proceed.clear()
+    wf = chain(adds_when_told.s()).enqueue()
+    [parent] = wf.jobs.all()
+    background_worker(concurrency=1)
+    wait_until(lambda: statuses(parent) == ["running"], message="the parent to start")
+    release_workflow = hold_row(wf.pk, Workflow)  # both sides meet at the workflow's row
+    proceed.set()  # the parent succeeds: its completion waits for the workflow's row
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
+    canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(wf))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
+
+    release_workflow.set()
+    canceller.join(30)
+    assert cancel_failed == []
+    wait_until(lambda: statuses(parent) == ["succeeded"], message="the completion")
+
+    added = list(wf.jobs.exclude(pk=parent.pk))
+    assert [job.status for job in added] in ([], ["cancelled"])  # never left to run
+    wf = assert_counters_match_jobs(wf)
+    assert wf.cancel_requested_at is not None
