@@ -532,3 +532,55 @@ def test_cancel_workflow_cancels_steps_added_by_its_only_running_step_as_it_fini
     assert [job.status for job in added] in ([], ["cancelled"])  # never left to run
     wf = assert_counters_match_jobs(wf)
     assert wf.cancel_requested_at is not None
+
+
+# --- nothing brings back a step of a cancelled workflow ----------------------------------------
+
+BRING_BACK: dict[str, Callable[[Job], Any]] = {
+    "redrive": lambda job: operations.redrive([job]),
+    "retry_job": operations.retry_job,
+    "release_job": operations.release_job,
+    "complete_job": lambda job: operations.complete_job(job, "late answer"),
+    "fail_job": lambda job: operations.fail_job(job, "late answer"),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(BRING_BACK))
+@pytest.mark.parametrize("target", ["the failed step", "a step cancelled because of it"])
+def test_no_operation_brings_back_a_step_of_a_cancelled_workflow(drain, operation, target):
+    wf = chain(flaky.using(max_attempts=1).s(succeed_on=2), echo.s(), echo.s()).enqueue()
+    step, second, third = wf.jobs.order_by("id")
+    drain()
+    operations.cancel_workflow(wf)  # the operator gives the whole workflow up
+    before = statuses(step, second, third)
+    assert before == ["failed", "cancelled", "cancelled"]
+
+    result = BRING_BACK[operation](step if target == "the failed step" else second)
+
+    assert result.count == 0, result
+    drain()
+    assert statuses(step, second, third) == before
+    wf = assert_counters_match_jobs(wf)
+    assert wf.status == "failed" and wf.cancel_requested_at is not None
+
+
+@pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
+def test_a_redrive_waiting_for_a_row_while_its_workflow_is_cancelled_brings_nothing_back(
+    drain, hold_row
+):
+    first = echo.enqueue("first")
+    step = flaky.using(max_attempts=1, depends_on=[first]).enqueue(succeed_on=2)
+    after = echo.using(depends_on=[step]).enqueue("after")
+    drain()
+    assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
+    release_first = hold_row(first.pk)  # the redrive stops at its step's prerequisite
+    redriver, redrive_failed = in_another_session(lambda: operations.redrive([step]))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the redrive to wait")
+
+    operations.cancel_workflow(fresh(step).workflow_id)  # while the redrive waits
+    release_first.set()
+    redriver.join(30)
+
+    assert redrive_failed == []
+    assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
+    assert_counters_match_jobs(fresh(step).workflow_id)
