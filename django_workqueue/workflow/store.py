@@ -263,12 +263,19 @@ def write_spawn(alias: str, parent: Ended, spawn: Spawn, effects: Effects) -> En
         Job.objects.using(alias).filter(pk=parent.id).update(workflow_id=workflow_id)
         effects.workflow(workflow_id).opened += 1
         effects.workflow(workflow_id).output = parent.id
-    elif lock_workflows(alias, [workflow_id]):  # cancelled: see locks.py
-        logger.info(
-            "job %s: its workflow %s was cancelled; the steps it added were not written",
-            parent.id, workflow_id,
-        )  # fmt: skip
-        return Ended(parent.id, parent.status, workflow_id)
+    else:
+        if spawn.children:
+            # Its dependents' rows (they will wait for the children) before the workflow's:
+            # the lock order of locks.py, which a sibling prerequisite's ending follows too.
+            dependents = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
+            locked = Job.objects.using(alias).select_for_update().order_by("id")
+            list(locked.filter(id__in=dependents.values("job_id")).values_list("id"))
+        if lock_workflows(alias, [workflow_id]):  # cancelled: see locks.py
+            logger.info(
+                "job %s: its workflow %s was cancelled; the steps it added were not written",
+                parent.id, workflow_id,
+            )  # fmt: skip
+            return Ended(parent.id, parent.status, workflow_id)
     ids = write_nodes(alias, spawn.graph, workflow_id, effects)
     edges = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
     if spawn.continuation is not None:

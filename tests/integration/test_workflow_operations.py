@@ -584,3 +584,54 @@ def test_a_redrive_waiting_for_a_row_while_its_workflow_is_cancelled_brings_noth
     assert redrive_failed == []
     assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
     assert_counters_match_jobs(fresh(step).workflow_id)
+
+
+# --- the lock order (workflow/locks.py) --------------------------------------------------------
+
+fan_out_now, side_ends_now = threading.Event(), threading.Event()
+
+
+@task(max_attempts=1, lease_seconds=60, queue="mail")
+def fans_out_when_told(context: Any) -> str:
+    context.add(record.using(delay=3600).s("child"))  # due in an hour: no worker takes it
+    assert fan_out_now.wait(30)
+    return "fanned out"
+
+
+@task(max_attempts=1, lease_seconds=60, queue="reports")
+def ends_when_told() -> str:
+    assert side_ends_now.wait(30)
+    return "side"
+
+
+@pytest.mark.postgres_only  # two workers' completions at once: the row locks decide
+def test_a_step_fanning_out_and_its_sibling_ending_at_once_take_their_locks_in_one_order(
+    background_worker, hold_row, caplog
+):
+    """Both completions lock the dependent they share, then the workflow: the fan-out takes
+    the dependent's row before the workflow's (its children's check of the cancellation), as
+    the sibling's count-down does. The other way round, the sibling would hold the dependent
+    waiting for the workflow while the fan-out holds the workflow waiting for the dependent."""
+    fan_out_now.clear()
+    side_ends_now.clear()
+    wf = group(fans_out_when_told.s(), ends_when_told.s()).then(echo.using(queue="low").s())
+    wf = wf.enqueue()
+    fan, side, merge = wf.jobs.order_by("id")
+    background_worker(concurrency=1, queues=["mail"])
+    background_worker(concurrency=1, queues=["reports"])
+    wait_until(lambda: statuses(fan, side) == ["running", "running"], message="both to start")
+    release_merge = hold_row(merge.pk)  # both completions meet at the dependent's row
+    side_ends_now.set()  # the sibling's count-down waits for the dependent first
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the sibling to wait")
+    fan_out_now.set()
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the fan-out to wait")
+
+    release_merge.set()
+
+    wait_until(lambda: statuses(fan, side) == ["succeeded", "succeeded"], message="both")
+    assert [r.getMessage() for r in caplog.records if "flush failed" in r.getMessage()] == []
+    [child] = wf.jobs.exclude(pk__in=[fan.pk, side.pk, merge.pk])
+    merge.refresh_from_db()
+    assert (merge.status, merge.waiting_on) == ("blocked", 1)  # waits for the child
+    assert statuses(child) == ["scheduled"]
+    assert_counters_match_jobs(wf)
