@@ -2,8 +2,8 @@
 
 A held job keeps its own status, ``held``: no claim sees it (claims read ``ready`` rows only),
 it stays open (its unique key holds, its workflow's dependents keep waiting for it), and the
-promoter leaves it alone. Its prerequisites' endings are not counted on it while it is held
-(``Driver.count_down`` counts only on ``blocked`` jobs), so its release recounts them
+promoter leaves it alone. Its prerequisites' endings are counted on it as on a blocked job
+(``Driver.count_down``), but nothing is decided while it is held: its release recounts them
 (``workflow.prerequisites.standing``, the rule every return to waiting follows) and decides its
 run condition then.
 """

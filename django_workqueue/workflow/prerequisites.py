@@ -8,10 +8,11 @@ what it waits on: steps a prerequisite adds at run time are added to what it wai
 Its counters (``waiting_on``, ``prerequisites_succeeded``) are kept in one of two ways, and
 ``conditions.verdict`` decides from them either way:
 
-* **counted down** as prerequisites end, on ``blocked`` rows (``Driver.count_down``, one
-  statement per batch of endings: the hot path never reads the graph);
+* **counted down** as prerequisites end, on ``blocked`` and ``held`` rows alike
+  (``Driver.count_down``, one statement per batch of endings: the hot path never reads the
+  graph); a held row's verdict waits for its release;
 * **recounted** from its edges by ``standing`` when a step comes back to waiting: a held step
-  released (its prerequisites' endings were not counted while it was held), a failed step
+  released (the verdict is decided then, with the prerequisite to name), a failed step
   redriven, a dependent brought back by a workflow's resumption. The prerequisites' rows are
   locked first (id order, the lock order of ``locks.py``), so none of them ends between being
   read and being counted: an ending that commits later is counted down on the step, which is
