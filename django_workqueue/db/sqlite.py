@@ -508,8 +508,8 @@ class SQLiteDriver(Driver):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": json.dumps([list(row) for row in counts])})
             return [
-                CountedDown(*row[:5], bool(row[5]), row[6], bool(row[7]))
-                for row in cursor.fetchall()
+                CountedDown(pk, waiting, ok, condition, workflow, bool(due), queue, bool(held))
+                for pk, waiting, ok, condition, workflow, due, queue, held in cursor.fetchall()
             ]
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:
