@@ -104,6 +104,11 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     """Cancel a workflow: its waiting jobs end cancelled and never run, its running jobs are
     asked to stop (as ``cancel_job`` asks), and steps they add at run time are not written.
 
+    The workflow is marked cancelled first, in a transaction of its own, then its jobs are
+    cancelled (docs/explanation/architecture.md, the lock order). Called inside a transaction,
+    both are part of it, and the workflow's row stays locked until it commits: a worker
+    finishing one of its steps waits for that.
+
     >>> cancel_workflow(wf)
     """
     workflow_id = workflow.pk if isinstance(workflow, Workflow) else workflow
