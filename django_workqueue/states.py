@@ -64,8 +64,9 @@ ACTIVE: frozenset[Status] = frozenset(
 )
 AWAITING_PREREQUISITES: frozenset[Status] = frozenset({Status.BLOCKED, Status.HELD})
 """The statuses of a dependent that may still be waiting on prerequisites: every writer that
-changes what a dependent waits on (steps added at run time, a continuation, a release) treats
-them alike. A held job keeps its edges; its counters are recounted from them when released."""
+changes what a dependent waits on (prerequisites' endings counted down, steps added at run time,
+a continuation) treats them alike (workflow/prerequisites.py). A held job's run condition is
+decided when it is released, from its prerequisites as they stand then."""
 
 
 class RunCondition(models.TextChoices):

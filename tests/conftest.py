@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
+from django.db.models import Model
 
 from django_workqueue.models import Job
 from django_workqueue.worker.runner import Worker
@@ -124,18 +125,19 @@ def background_worker() -> Iterator[Callable[..., Worker]]:
 
 
 @pytest.fixture
-def hold_row() -> Iterator[Callable[[int], threading.Event]]:
-    """Lock a job's row ``FOR UPDATE`` in another session until the returned event is set."""
+def hold_row() -> Iterator[Callable[..., threading.Event]]:
+    """Lock a job's row (or ``model``'s: ``hold_row(wf.pk, Workflow)``) ``FOR UPDATE`` in
+    another session until the returned event is set."""
     releases: list[threading.Event] = []
     threads: list[threading.Thread] = []
 
-    def hold(job_id: int) -> threading.Event:
+    def hold(pk: int, model: type[Model] = Job) -> threading.Event:
         held, release = threading.Event(), threading.Event()
 
         def run() -> None:
             try:
                 with transaction.atomic():
-                    list(Job.objects.select_for_update().filter(pk=job_id))
+                    list(model._default_manager.select_for_update().filter(pk=pk))
                     held.set()
                     release.wait(30)
             finally:

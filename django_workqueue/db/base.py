@@ -34,7 +34,7 @@ from django.db.models.functions import Now
 
 from ..models import IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
-from ..states import ACTIVE, Status, transition
+from ..states import ACTIVE, AWAITING_PREREQUISITES, Status, transition
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +273,9 @@ class Timing:
 
 #: The unfinished statuses in the order of ``wq_job_active``'s condition (models.py).
 ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "running"]
+
+AWAITING_SQL = ", ".join(f"'{status.value}'" for status in sorted(AWAITING_PREREQUISITES))
+"""``states.AWAITING_PREREQUISITES`` as an SQL list: the rows ``count_down`` counts on."""
 assert set(ACTIVE_STATUSES) == {str(status.value) for status in ACTIVE}
 
 
@@ -297,7 +300,7 @@ def counter_batch(counters: Iterable[tuple[str, str, str, int, int, int]]) -> st
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CountedDown:
-    """A blocked dependent after its prerequisites' endings were counted (``Driver.count_down``)."""
+    """A waiting dependent after its prerequisites' endings were counted (``Driver.count_down``)."""
 
     id: int
     waiting_on: int
@@ -307,6 +310,8 @@ class CountedDown:
     due: bool
     """Whether its run_after has come (released, it is ready; otherwise scheduled)."""
     queue: str
+    held: bool = False
+    """Held by an operator: counted like a blocked one, its verdict waits for its release."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -689,10 +694,11 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
-        """Count prerequisites' endings on their blocked dependents in one statement: for each
-        (dependent id, prerequisites that ended, of which succeeded), lower ``waiting_on`` and
-        raise ``prerequisites_succeeded``, and return each counted row as it is now, locked
-        until the transaction ends. Dependents no longer blocked are left alone."""
+        """Count prerequisites' endings on their waiting dependents (``blocked`` or ``held``,
+        ``AWAITING_SQL``) in one statement: for each (dependent id, prerequisites that ended, of
+        which succeeded), lower ``waiting_on`` and raise ``prerequisites_succeeded``, and return
+        each counted row as it is now, locked until the transaction ends. Dependents no longer
+        waiting are left alone."""
 
     # --- maintenance --------------------------------------------------------------------------
 

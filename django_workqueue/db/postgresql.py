@@ -31,6 +31,7 @@ from ..outcomes import Outcome
 from ..states import TERMINAL
 from . import pg_liveness
 from .base import (
+    AWAITING_SQL,
     BatchClaim,
     ClaimedJob,
     CountedDown,
@@ -793,19 +794,20 @@ class PostgresDriver(Driver):
             return []
         # One statement for every dependent, however many: each row's counters change
         # relative to what they are (the row lock serialises two prerequisites ending at once,
-        # and the second sees the first's count), and only while the row is still blocked.
+        # and the second sees the first's count), and only while the row still waits.
         # The rows are locked in id order first (the lock order every transaction that ends
         # jobs follows), not in whatever order the UPDATE's plan visits them.
         sql = (
             f"WITH v AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) "
             f"  AS r(id bigint, n integer, s integer)), "
             f"locked AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
-            f"  WHERE j.status = 'blocked' ORDER BY j.id FOR UPDATE OF j) "
+            f"  WHERE j.status IN ({AWAITING_SQL}) ORDER BY j.id FOR UPDATE OF j) "
             f"UPDATE {self.table} AS j SET waiting_on = j.waiting_on - v.n, "
             f"prerequisites_succeeded = j.prerequisites_succeeded + v.s "
-            f"FROM v JOIN locked ON locked.id = v.id WHERE j.id = v.id AND j.status = 'blocked' "
+            f"FROM v JOIN locked ON locked.id = v.id "
+            f"WHERE j.id = v.id AND j.status IN ({AWAITING_SQL}) "
             f"RETURNING j.id, j.waiting_on, j.prerequisites_succeeded, j.run_condition, "
-            f"j.workflow_id, j.run_after <= {CLOCK}, j.queue"
+            f"j.workflow_id, j.run_after <= {CLOCK}, j.queue, j.status = 'held'"
         )
         batch = json.dumps([{"id": i, "n": n, "s": ok} for i, n, ok in counts])
         with self.connection.cursor() as cursor:

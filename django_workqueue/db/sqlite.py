@@ -27,6 +27,7 @@ from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
     ACTIVE_STATUSES,
+    AWAITING_SQL,
     ActiveCount,
     BatchClaim,
     ClaimedJob,
@@ -492,7 +493,7 @@ class SQLiteDriver(Driver):
     def count_down(self, counts: Sequence[tuple[int, int, int]]) -> list[CountedDown]:
         if not counts:
             return []
-        # One statement for every dependent, under the write lock; only blocked rows count.
+        # One statement for every dependent, under the write lock; only waiting rows count.
         t = self.table
         sql = (
             f"WITH v AS (SELECT json_extract(value, '$[0]') AS id, "
@@ -500,15 +501,15 @@ class SQLiteDriver(Driver):
             f"  FROM json_each(:batch)) "
             f"UPDATE {t} SET waiting_on = {t}.waiting_on - v.n, "
             f"prerequisites_succeeded = {t}.prerequisites_succeeded + v.s "
-            f"FROM v WHERE {t}.id = v.id AND {t}.status = 'blocked' "
+            f"FROM v WHERE {t}.id = v.id AND {t}.status IN ({AWAITING_SQL}) "
             f"RETURNING {t}.id, {t}.waiting_on, {t}.prerequisites_succeeded, {t}.run_condition, "
-            f"{t}.workflow_id, {t}.run_after <= {_CLOCK}, {t}.queue"
+            f"{t}.workflow_id, {t}.run_after <= {_CLOCK}, {t}.queue, {t}.status = 'held'"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": json.dumps([list(row) for row in counts])})
             return [
-                CountedDown(pk, waiting, succeeded, condition, workflow, bool(due), queue)
-                for pk, waiting, succeeded, condition, workflow, due, queue in cursor.fetchall()
+                CountedDown(pk, waiting, ok, condition, workflow, bool(due), queue, bool(held))
+                for pk, waiting, ok, condition, workflow, due, queue, held in cursor.fetchall()
             ]
 
     def promote(self, limit: int, now: datetime | None = None) -> list[str]:

@@ -29,7 +29,7 @@ from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import AuditRecord, Dependency, FlowLimit, Job, Queue, WorkerProcess
 from ..registry import TaskSpec, find_task
-from ..states import TERMINAL, Status
+from ..states import AWAITING_PREREQUISITES, TERMINAL, Status
 from .workers import workers
 
 _WAITING = frozenset({Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD})
@@ -177,6 +177,8 @@ def _prerequisites(look: Look) -> dict[str, Any] | None:
         for pk, name, status in rows
         if status not in TERMINAL
     ]
+    if not waiting:
+        return None
     listed = ", ".join(f"#{p['id']} {p['task_name']} ({p['status']})" for p in waiting[:10])
     more = f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
     return {"prerequisites": waiting, "total": len(rows), "list": listed + more}
@@ -285,7 +287,8 @@ REASONS: tuple[Row, ...] = (
         "held by an operator, {who}; release it to let it run"),
     Row("scheduled", frozenset({Status.SCHEDULED}), _scheduled,
         "scheduled to run at {run_after} ({in})"),
-    Row("prerequisites", frozenset({Status.BLOCKED}), _prerequisites,
+    # A held job still waits for its prerequisites (states.AWAITING_PREREQUISITES).
+    Row("prerequisites", AWAITING_PREREQUISITES, _prerequisites,
         "blocked by {total} prerequisite(s) not finished: {list}"),
     Row("queue_paused", _ANY_WAIT, _paused, "its queue {queue} is paused since {paused_at}"),
     Row("limit", frozenset({Status.READY}), _limited,

@@ -2,9 +2,10 @@
 
 A held job keeps its own status, ``held``: no claim sees it (claims read ``ready`` rows only),
 it stays open (its unique key holds, its workflow's dependents keep waiting for it), and the
-promoter leaves it alone. Its prerequisites' endings are not counted on it while it is held
-(``Driver.count_down`` counts only on ``blocked`` jobs), so its release recounts them from the
-dependency edges, as they stand under their row locks, and decides its run condition then.
+promoter leaves it alone. Its prerequisites' endings are counted on it as on a blocked job
+(``Driver.count_down``), but nothing is decided while it is held: its release recounts them
+(``workflow.prerequisites.standing``, the rule every return to waiting follows) and decides its
+run condition then.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from django.db.models.functions import Now
 
 from .. import wakeup
 from ..db import driver_for
-from ..models import Dependency, Job
-from ..states import TERMINAL, Status, transition
+from ..models import Job
+from ..states import Status, transition
 from ..workflow.effects import Effects
+from ..workflow.prerequisites import standing
 from .jobs import WAITING, OperationResult, _jobs, _retrying
 
 _HOLDABLE = tuple(status for status in WAITING if status != Status.HELD)
@@ -76,32 +78,22 @@ def _release(jobs: Any, job_id: int) -> str | None:
     """Release the job if it is held, in one transaction; return its new status."""
     db = jobs.db
     with transaction.atomic(using=db):
-        edges = list(Dependency.objects.using(db).filter(job_id=job_id).values_list(
-            "job_id", "prerequisite_id"
-        ))  # fmt: skip
-        # Prerequisites first, in id order, then the job: the lock order of every transaction
-        # that ends jobs (a prerequisite ending locks it, then its dependents).
-        standing = dict(
-            Job.objects.using(db)
-            .select_for_update()
-            .filter(id__in=[prerequisite for _, prerequisite in edges])
-            .order_by("id")
-            .values_list("id", "status")
-        )
+        # Its prerequisites first, in id order, then the job: the lock order of every
+        # transaction that ends jobs (a prerequisite ending locks it, then its dependents).
+        now = standing(db, [job_id]).get(job_id)
         row = jobs.select_for_update().filter(status=Status.HELD).values_list("queue").first()
         if row is None:
             return None
-        if edges:
+        if now is not None:
             # Back to blocked on every prerequisite, then the ones that ended are counted
             # as the release engine counts any ending: released, or cancelled with the
             # reason, with its workflow's counters, in this transaction.
             (blocked,) = transition(Status.HELD, Status.BLOCKED)
             jobs.filter(status=Status.HELD).update(
-                status=blocked, waiting_on=len(edges), prerequisites_succeeded=0
+                status=blocked, waiting_on=now.open + len(now.ended), prerequisites_succeeded=0
             )
-            ended = [(pk, p) for pk, p in edges if standing.get(p) in TERMINAL]
             effects = Effects(db)
-            effects.count(ended, {p: standing[p] for _, p in ended})
+            effects.count([(job_id, p) for p, _ in now.ended], dict(now.ended))
             effects.apply()
         else:
             ready, scheduled = transition(Status.HELD, Status.READY, Status.SCHEDULED)
@@ -112,7 +104,7 @@ def _release(jobs: Any, job_id: int) -> str | None:
                 )
             )
         status: str = jobs.values_list("status", flat=True).get()
-        if status == Status.READY and not edges:  # the release engine notified its own
+        if status == Status.READY and now is None:  # the release engine notified its own
             (queue,) = row
             driver_for(db).notify([queue])
             transaction.on_commit(functools.partial(wakeup.wake, [queue]), using=db)

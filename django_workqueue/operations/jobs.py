@@ -22,6 +22,7 @@ from ..payload import describe
 from ..registry import MAX_ATTEMPTS, registered_tasks
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
+from ..workflow.locks import lock_workflows
 from ..workflow.resume import prerequisites_open, resume, revivable
 
 logger = logging.getLogger("django_workqueue.operations")
@@ -248,12 +249,16 @@ def _redrive_atomic(rows: QuerySet[Job], target: Status, budget: int) -> int:
 def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
     """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
     dependents cancelled because they failed wait again."""
-    picked = list(rows.select_for_update().values_list("id", "workflow_id", "queue"))
+    picked = list(rows.select_for_update().order_by("id").values_list("id", "workflow_id", "queue"))
+    # A step redriven while some of its prerequisites are still open waits for them again.
+    waiting = prerequisites_open(rows.db, [pk for pk, wf, _ in picked if wf is not None])
+    # Then their workflows' rows (the lock order, workflow/locks.py): a workflow cancelled
+    # since the selection was read gets nothing back.
+    cancelled = lock_workflows(rows.db, [wf for _, wf, _ in picked])
+    picked = [row for row in picked if row[1] not in cancelled]
     if not picked:
         return 0
     ids = [pk for pk, _, _ in picked]
-    # A step redriven while some of its prerequisites are still open waits for them again.
-    waiting = prerequisites_open(rows.db, [pk for pk, wf, _ in picked if wf is not None])
     status: Any = target
     if waiting:
         (blocked,) = transition(Status.FAILED, Status.BLOCKED)

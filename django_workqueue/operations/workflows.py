@@ -17,6 +17,7 @@ from ..models import Job, Workflow
 from ..payload import describe, storable_text
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
+from ..workflow.locks import lock_workflows
 from .jobs import WAITING, OperationResult, _jobs, _retrying
 
 _FINISHABLE = (*WAITING, Status.RUNNING)
@@ -103,6 +104,11 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     """Cancel a workflow: its waiting jobs end cancelled and never run, its running jobs are
     asked to stop (as ``cancel_job`` asks), and steps they add at run time are not written.
 
+    The workflow is marked cancelled first, in a transaction of its own, then its jobs are
+    cancelled (docs/explanation/architecture.md, the lock order). Called inside a transaction,
+    both are part of it, and the workflow's row stays locked until it commits: a worker
+    finishing one of its steps waits for that.
+
     >>> cancel_workflow(wf)
     """
     workflow_id = workflow.pk if isinstance(workflow, Workflow) else workflow
@@ -126,35 +132,33 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
 def _cancel_workflow(
     db: str, jobs: QuerySet[Job], workflow_id: int, waiting: list[Status]
 ) -> tuple[list[int], list[int]]:
+    # The mark first, under the workflow's row lock, in a transaction of its own (inside a
+    # caller's transaction, a savepoint): once it is committed, no step is added to the
+    # workflow and none is brought back (workflow/locks.py). A step that added steps before
+    # the mark committed them before it, so the scan below, which starts after, sees them.
     with transaction.atomic(using=db):
-        # A running step that ends while this scan waits for its row commits the steps it
-        # added in rows the scan's snapshot cannot see: scan again until nothing is new. Once
-        # a scan finds nothing new, every open step is locked here, so no step can end and
-        # add more before this transaction commits (and then the workflow says cancelled).
-        seen: set[int] = set()
-        while True:
-            active = list(
-                jobs.select_for_update()
-                .filter(status__in=ACTIVE)
-                .order_by("id")
-                .values_list("id", "status", "cancel_requested_at")
-            )
-            ids = {pk for pk, _, _ in active}
-            if ids <= seen:
-                break
-            seen |= ids
-        stopping = [pk for pk, status, _ in active if status in waiting]
-        running = [pk for pk, status, asked in active if status == Status.RUNNING and not asked]
-        jobs.filter(id__in=stopping, status__in=waiting).update(
-            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
-        )
-        jobs.filter(id__in=running).update(cancel_requested_at=Now())
+        lock_workflows(db, [workflow_id])
         if (
             not Workflow.objects.using(db)
             .filter(pk=workflow_id)
             .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
         ):
             raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
+    # Then its jobs, in the lock order of every transaction that ends jobs: job rows in id
+    # order, their dependents, the workflow's row last (its counters).
+    with transaction.atomic(using=db):
+        active = list(
+            jobs.select_for_update()
+            .filter(status__in=ACTIVE)
+            .order_by("id")
+            .values_list("id", "status", "cancel_requested_at")
+        )
+        stopping = [pk for pk, status, _ in active if status in waiting]
+        running = [pk for pk, status, asked in active if status == Status.RUNNING and not asked]
+        jobs.filter(id__in=stopping, status__in=waiting).update(
+            status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
+        )
+        jobs.filter(id__in=running).update(cancel_requested_at=Now())
         driver = driver_for(db)
         for job_id in running:
             driver.notify_abort(job_id, AbortReason.CANCEL_REQUESTED)

@@ -6,7 +6,9 @@
 
 ``canvas`` builds and validates compositions, ``store`` writes them, ``release`` counts each
 job's ending on its dependents and its workflow in the transaction that records it, and
-``conditions`` decides what a dependent's counters mean. See docs/guides/workflows.md.
+``conditions`` decides what a dependent's counters mean, ``prerequisites`` recounts them when a
+step comes back to waiting, and ``locks`` holds the lock order every writer follows. See
+docs/guides/workflows.md and docs/explanation/architecture.md.
 """
 
 from .canvas import Chain, Group, Signature, chain, group

@@ -102,6 +102,8 @@ class Effects:
         scheduled: list[int] = []
         unmet: dict[int, tuple[Any, int | None]] = {}
         for row in rows:
+            if row.held:  # counted like a blocked one; its release decides (operations/holds.py)
+                continue
             culprit = counts[row.id][2]
             verdict = conditions.verdict(
                 row.run_condition, row.waiting_on, row.prerequisites_succeeded, culprit is not None

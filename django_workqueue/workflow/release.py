@@ -1,15 +1,15 @@
 """Release: what a job's ending does to its dependents and its workflow, in the same transaction.
 
 When a write finishes jobs (a worker's batch of outcomes, the reaper, ``complete_job``,
-``cancel_job``…), the same transaction counts each ending on the job's blocked dependents
-(``Driver.count_down``: one conditional UPDATE of their counters, never a scan of the graph),
+``cancel_job``…), the same transaction counts each ending on the job's waiting dependents
+(``blocked`` or ``held``, ``prerequisites.py``; ``Driver.count_down``: one conditional UPDATE of
+their counters, never a scan of the graph),
 applies the verdict of each dependent's run condition (``conditions.verdict``: released, or
 cancelled with a reason naming the prerequisite, which ends it in turn and is counted on its
 own dependents), and updates the counters of every workflow touched. Nothing polls.
 
-Lock order, the same in every transaction that finishes jobs: the finished jobs' rows, then
-their dependents' rows, level by level, then the workflow rows, in id order. A transaction
-that writes a workflow's jobs takes their rows before the workflow's too.
+Lock order, the same in every transaction that finishes jobs (``locks.py``): the finished
+jobs' rows, then their dependents' rows, level by level, then the workflow rows, in id order.
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ recounted from their prerequisites as they stand. One whose condition still cann
 operator cancelled is never brought back: only cancellations whose reason is an unmet run
 condition are undone.
 
-Counters are recounted from the prerequisites' statuses read under their row locks. A
-prerequisite ending concurrently counts its ending only on dependents that are blocked when it
-commits, so it must be either seen ended here (this transaction waits for its commit) or end
-after this one commits (it waits for the lock), when the dependent is blocked again.
+Counters are recounted by ``prerequisites.standing``, from the prerequisites' statuses read
+under their row locks. A prerequisite ending concurrently counts its ending only on dependents
+that are blocked when it commits, so it must be either seen ended here (this transaction waits
+for its commit) or end after this one commits (it waits for the lock), when the dependent is
+blocked again. Nothing comes back in a workflow an operator cancelled (``locks.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from ..models import Dependency, Job, Workflow
-from ..states import ACTIVE, Status, transition
+from ..states import Status, transition
 from . import conditions
 from .effects import UNMET_TYPE, reopen
+from .locks import lock_workflows
+from .prerequisites import standing
 
 
 def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
@@ -38,7 +41,8 @@ def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
 
 def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     """Count redriven jobs (id, workflow id) open again in their workflows and bring back the
-    dependents cancelled because of them; return how many dependents came back."""
+    dependents cancelled because of them; return how many dependents came back. The caller
+    holds the redriven jobs' rows and has checked their workflows (``lock_workflows``)."""
     counts: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for _, workflow_id in redriven:
         if workflow_id is not None:
@@ -58,22 +62,17 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
             .values_list("id", "run_condition", "workflow_id", "errors")
             if errors and errors[-1].get("type") == UNMET_TYPE
         ]
-        _lock_prerequisites(alias, [c[0] for c in candidates])
-        standing: dict[int, list[str]] = collections.defaultdict(list)
-        for pk, status in edges.filter(job_id__in=[c[0] for c in candidates]).values_list(
-            "job_id", "prerequisite__status"
-        ):
-            standing[pk].append(status)
+        stand = standing(alias, [c[0] for c in candidates])
+        cancelled = lock_workflows(alias, [c[2] for c in candidates])
         frontier = []
         for pk, condition, workflow_id in candidates:
-            statuses = standing[pk]
-            waiting = sum(status in ACTIVE for status in statuses)
-            succeeded = statuses.count(Status.SUCCEEDED)
-            unmet = len(statuses) - waiting - succeeded > 0
-            if conditions.verdict(condition, waiting, succeeded, unmet) != conditions.Verdict.WAIT:
+            now = stand.get(pk)
+            if workflow_id in cancelled or now is None:
+                continue
+            if now.verdict(condition) != conditions.Verdict.WAIT:
                 continue  # still cannot run (or nothing to wait for): it stays as it ended
             jobs.filter(pk=pk, status=Status.CANCELLED).update(
-                status=blocked, waiting_on=waiting, prerequisites_succeeded=succeeded,
+                status=blocked, waiting_on=now.open, prerequisites_succeeded=now.succeeded,
                 finished_at=None, cancel_requested_at=None,
             )  # fmt: skip
             if workflow_id is not None:
@@ -86,28 +85,5 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
 
 def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
     """{job id: (prerequisites not finished, prerequisites succeeded)} for those of ``ids``
-    that still wait on some."""
-    if not ids:
-        return {}
-    _lock_prerequisites(alias, ids)
-    rows = (
-        Dependency.objects.using(alias)
-        .filter(job_id__in=ids)
-        .values("job_id")
-        .annotate(
-            open=Count("id", filter=Q(prerequisite__status__in=ACTIVE)),
-            succeeded=Count("id", filter=Q(prerequisite__status=Status.SUCCEEDED)),
-        )
-        .values_list("job_id", "open", "succeeded")
-    )
-    return {pk: (n, ok) for pk, n, ok in rows if n > 0}
-
-
-def _lock_prerequisites(alias: str, dependents: Sequence[int]) -> None:
-    """Lock the prerequisites of ``dependents`` (in id order) so that their statuses, read
-    next, cannot change before this transaction commits."""
-    if not dependents:
-        return
-    prerequisites = Dependency.objects.using(alias).filter(job_id__in=dependents)
-    locked = Job.objects.using(alias).select_for_update().order_by("id")
-    list(locked.filter(id__in=prerequisites.values("prerequisite_id")).values_list("id"))
+    that still wait on some (``prerequisites.standing``: their rows are locked)."""
+    return {pk: (now.open, now.succeeded) for pk, now in standing(alias, ids).items() if now.open}

@@ -29,6 +29,7 @@ from ..models import Dependency, Job, Workflow
 from ..states import ACTIVE, AWAITING_PREREQUISITES, TERMINAL, Status
 from .effects import Effects
 from .graph import Graph, output_ids
+from .locks import lock_workflows
 
 if TYPE_CHECKING:
     from ..decorator import Task
@@ -121,18 +122,19 @@ def _write_dependents(alias: str, graph: Graph) -> list[int]:
     workflow."""
     with transaction.atomic(using=alias):
         external = list(dict.fromkeys(pk for node in graph.nodes for pk in node.external))
-        # A cancelled workflow stays cancelled: a job naming one of its jobs starts its own.
-        first = (
+        # The prerequisites' rows, then their workflows' (the lock order, locks.py): a
+        # cancelled workflow stays cancelled, and a job naming one of its jobs starts its own.
+        joined = dict(
             Job.objects.using(alias)
-            .filter(
-                id__in=external,
-                workflow__isnull=False,
-                workflow__cancel_requested_at__isnull=True,
-            )
+            .select_for_update()
+            .filter(id__in=external)
+            .order_by("id")
             .values_list("id", "workflow_id")
         )
-        joined = dict(first)
-        workflow_id = next((joined[pk] for pk in external if pk in joined), None)
+        cancelled = lock_workflows(alias, joined.values())
+        workflow_id = next(
+            (joined[pk] for pk in external if joined.get(pk) not in (None, *cancelled)), None
+        )
         effects = Effects(alias)
         if workflow_id is None:
             name = graph.nodes[0].template.task_name
@@ -261,12 +263,19 @@ def write_spawn(alias: str, parent: Ended, spawn: Spawn, effects: Effects) -> En
         Job.objects.using(alias).filter(pk=parent.id).update(workflow_id=workflow_id)
         effects.workflow(workflow_id).opened += 1
         effects.workflow(workflow_id).output = parent.id
-    elif workflows.filter(pk=workflow_id, cancel_requested_at__isnull=False).exists():
-        logger.info(
-            "job %s: its workflow %s was cancelled; the steps it added were not written",
-            parent.id, workflow_id,
-        )  # fmt: skip
-        return Ended(parent.id, parent.status, workflow_id)
+    else:
+        if spawn.children:
+            # Its dependents' rows (they will wait for the children) before the workflow's:
+            # the lock order of locks.py, which a sibling prerequisite's ending follows too.
+            dependents = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
+            locked = Job.objects.using(alias).select_for_update().order_by("id")
+            list(locked.filter(id__in=dependents.values("job_id")).values_list("id"))
+        if lock_workflows(alias, [workflow_id]):  # cancelled: see locks.py
+            logger.info(
+                "job %s: its workflow %s was cancelled; the steps it added were not written",
+                parent.id, workflow_id,
+            )  # fmt: skip
+            return Ended(parent.id, parent.status, workflow_id)
     ids = write_nodes(alias, spawn.graph, workflow_id, effects)
     edges = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
     if spawn.continuation is not None:

@@ -109,6 +109,15 @@ def test_blocked_by_prerequisites_lists_them_with_their_statuses(live_worker):
     assert f"#{first.pk} {add.name} (scheduled)" in found.message
 
 
+def test_a_held_job_names_its_open_prerequisites_as_a_blocked_one_does(live_worker):
+    first = add.using(delay=3600).enqueue(1, 1)
+    job = add.using(depends_on=[first]).enqueue(2, 2)
+    operations.hold_job(job)
+    assert codes(Job.objects.get(pk=job.pk))[:2] == ["held", "prerequisites"]
+    operations.complete_job(first, 2)  # none open any more: only the hold is said
+    assert "prerequisites" not in codes(Job.objects.get(pk=job.pk))
+
+
 def test_waiting_for_a_concurrency_limit_names_the_key_and_who_holds_it(live_worker):
     holder = one_per_customer.enqueue(7)
     Job.objects.filter(pk=holder.pk).update(

@@ -225,6 +225,26 @@ def test_a_held_dependent_released_waits_for_its_open_prerequisites_again(drain)
     assert statuses(later, dependent) == ["succeeded", "succeeded"]
 
 
+@pytest.mark.parametrize("ending", ["succeeded", "failed"])
+def test_a_held_dependents_counters_follow_its_prerequisites_endings_as_a_blocked_ones_do(
+    drain, ending
+):
+    first, later = echo.using(delay=3600).enqueue("first"), echo.using(delay=3600).enqueue("x")
+    held = echo.using(depends_on=[first, later]).enqueue()
+    blocked = echo.using(depends_on=[first, later]).enqueue()
+    operations.hold_job(held)
+    finish = operations.complete_job if ending == "succeeded" else operations.fail_job
+    finish(first, "done" if ending == "succeeded" else "rejected")
+
+    expected = (1, 1 if ending == "succeeded" else 0)  # one still open; succeeded so far
+    row = fresh(held)
+    assert (row.status, row.waiting_on, row.prerequisites_succeeded) == ("held", *expected)
+    if ending == "succeeded":  # the blocked one counted the same (the failure cancelled it)
+        row = fresh(blocked)
+        assert (row.status, row.waiting_on, row.prerequisites_succeeded) == ("blocked", *expected)
+    assert_counters_match_jobs(held.workflow_id)
+
+
 def test_a_held_job_keeps_its_unique_key():
     job = add.using(unique_key="k").enqueue(1, 1)
     operations.hold_job(job)

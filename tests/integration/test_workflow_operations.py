@@ -464,8 +464,8 @@ def adds_when_told(context: Any) -> str:
     return "added one"
 
 
-@pytest.mark.postgres_only  # the cancellation's snapshot against a completion's commit
-def test_cancel_workflow_cancels_steps_added_by_a_completion_that_commits_while_it_runs(
+@pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
+def test_a_step_finishing_while_cancel_workflow_waits_for_a_job_row_adds_nothing(
     background_worker, hold_row
 ):
     proceed.clear()
@@ -477,15 +477,16 @@ def test_cancel_workflow_cancels_steps_added_by_a_completion_that_commits_while_
     canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(wf))
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the cancellation to wait")
 
-    proceed.set()  # the parent succeeds and its added step is written
-    wait_until(lambda: wf.jobs.count() == 3, message="the added step to be written")
+    proceed.set()  # the parent succeeds while the cancellation waits for the first step
+    wait_until(lambda: statuses(parent) == ["succeeded"], message="the parent's success")
     release_waiting.set()
     canceller.join(30)
     assert cancel_failed == []
 
-    [added] = wf.jobs.exclude(pk__in=[waiting.pk, parent.pk])
-    # The workflow was cancelled after the step was written: it is cancelled with the others.
-    assert statuses(waiting, parent, added) == ["cancelled", "succeeded", "cancelled"]
+    # The workflow was marked cancelled before the cancellation waited for any job's row:
+    # the parent's success stands, the step it added is not written.
+    assert list(wf.jobs.order_by("id")) == [waiting, parent]
+    assert statuses(waiting, parent) == ["cancelled", "succeeded"]
     assert_counters_match_jobs(wf)
 
 
@@ -503,3 +504,134 @@ def test_redrive_in_a_workflow_an_operator_cancelled_brings_no_step_back(drain):
     assert statuses(step, second, third) == ["failed", "cancelled", "cancelled"]
     wf = assert_counters_match_jobs(wf)
     assert wf.status == "failed" and wf.finished_at is not None
+
+
+@pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
+def test_cancel_workflow_cancels_steps_added_by_its_only_running_step_as_it_finishes(
+    background_worker, hold_row
+):
+    """The running step is the workflow's only open job: it ends, adding a step, while the
+    cancellation waits. Either the step is written and then cancelled, or it is not written."""
+    proceed.clear()
+    wf = chain(adds_when_told.s()).enqueue()
+    [parent] = wf.jobs.all()
+    background_worker(concurrency=1)
+    wait_until(lambda: statuses(parent) == ["running"], message="the parent to start")
+    release_workflow = hold_row(wf.pk, Workflow)  # both sides meet at the workflow's row
+    proceed.set()  # the parent succeeds: its completion waits for the workflow's row
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
+    canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(wf))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
+
+    release_workflow.set()
+    canceller.join(30)
+    assert cancel_failed == []
+    wait_until(lambda: statuses(parent) == ["succeeded"], message="the completion")
+
+    added = list(wf.jobs.exclude(pk=parent.pk))
+    assert [job.status for job in added] in ([], ["cancelled"])  # never left to run
+    wf = assert_counters_match_jobs(wf)
+    assert wf.cancel_requested_at is not None
+
+
+# --- nothing brings back a step of a cancelled workflow ----------------------------------------
+
+BRING_BACK: dict[str, Callable[[Job], Any]] = {
+    "redrive": lambda job: operations.redrive([job]),
+    "retry_job": operations.retry_job,
+    "release_job": operations.release_job,
+    "complete_job": lambda job: operations.complete_job(job, "late answer"),
+    "fail_job": lambda job: operations.fail_job(job, "late answer"),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(BRING_BACK))
+@pytest.mark.parametrize("target", ["the failed step", "a step cancelled because of it"])
+def test_no_operation_brings_back_a_step_of_a_cancelled_workflow(drain, operation, target):
+    wf = chain(flaky.using(max_attempts=1).s(succeed_on=2), echo.s(), echo.s()).enqueue()
+    step, second, third = wf.jobs.order_by("id")
+    drain()
+    operations.cancel_workflow(wf)  # the operator gives the whole workflow up
+    before = statuses(step, second, third)
+    assert before == ["failed", "cancelled", "cancelled"]
+
+    result = BRING_BACK[operation](step if target == "the failed step" else second)
+
+    assert result.count == 0, result
+    drain()
+    assert statuses(step, second, third) == before
+    wf = assert_counters_match_jobs(wf)
+    assert wf.status == "failed" and wf.cancel_requested_at is not None
+
+
+@pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
+def test_a_redrive_waiting_for_a_row_while_its_workflow_is_cancelled_brings_nothing_back(
+    drain, hold_row
+):
+    first = echo.enqueue("first")
+    step = flaky.using(max_attempts=1, depends_on=[first]).enqueue(succeed_on=2)
+    after = echo.using(depends_on=[step]).enqueue("after")
+    drain()
+    assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
+    release_first = hold_row(first.pk)  # the redrive stops at its step's prerequisite
+    redriver, redrive_failed = in_another_session(lambda: operations.redrive([step]))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the redrive to wait")
+
+    operations.cancel_workflow(fresh(step).workflow_id)  # while the redrive waits
+    release_first.set()
+    redriver.join(30)
+
+    assert redrive_failed == []
+    assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
+    assert_counters_match_jobs(fresh(step).workflow_id)
+
+
+# --- the lock order (workflow/locks.py) --------------------------------------------------------
+
+fan_out_now, side_ends_now = threading.Event(), threading.Event()
+
+
+@task(max_attempts=1, lease_seconds=60, queue="mail")
+def fans_out_when_told(context: Any) -> str:
+    context.add(record.using(delay=3600).s("child"))  # due in an hour: no worker takes it
+    assert fan_out_now.wait(30)
+    return "fanned out"
+
+
+@task(max_attempts=1, lease_seconds=60, queue="reports")
+def ends_when_told() -> str:
+    assert side_ends_now.wait(30)
+    return "side"
+
+
+@pytest.mark.postgres_only  # two workers' completions at once: the row locks decide
+def test_a_step_fanning_out_and_its_sibling_ending_at_once_take_their_locks_in_one_order(
+    background_worker, hold_row, caplog
+):
+    """Both completions lock the dependent they share, then the workflow: the fan-out takes
+    the dependent's row before the workflow's (its children's check of the cancellation), as
+    the sibling's count-down does. The other way round, the sibling would hold the dependent
+    waiting for the workflow while the fan-out holds the workflow waiting for the dependent."""
+    fan_out_now.clear()
+    side_ends_now.clear()
+    wf = group(fans_out_when_told.s(), ends_when_told.s()).then(echo.using(queue="low").s())
+    wf = wf.enqueue()
+    fan, side, merge = wf.jobs.order_by("id")
+    background_worker(concurrency=1, queues=["mail"])
+    background_worker(concurrency=1, queues=["reports"])
+    wait_until(lambda: statuses(fan, side) == ["running", "running"], message="both to start")
+    release_merge = hold_row(merge.pk)  # both completions meet at the dependent's row
+    side_ends_now.set()  # the sibling's count-down waits for the dependent first
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the sibling to wait")
+    fan_out_now.set()
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the fan-out to wait")
+
+    release_merge.set()
+
+    wait_until(lambda: statuses(fan, side) == ["succeeded", "succeeded"], message="both")
+    assert [r.getMessage() for r in caplog.records if "flush failed" in r.getMessage()] == []
+    [child] = wf.jobs.exclude(pk__in=[fan.pk, side.pk, merge.pk])
+    merge.refresh_from_db()
+    assert (merge.status, merge.waiting_on) == ("blocked", 1)  # waits for the child
+    assert statuses(child) == ["scheduled"]
+    assert_counters_match_jobs(wf)
