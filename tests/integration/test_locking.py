@@ -311,7 +311,8 @@ def test_a_held_row_keeps_only_its_own_outcome_and_the_batch_is_written(
 
     assert written == {(plain.job_id, plain.attempt)}
     assert Job.objects.get(pk=plain.job_id).status == "succeeded"
-    assert (completer.pending, Job.objects.get(pk=step.job_id).status) == (1, "running")  # kept, not lost
+    kept = (completer.pending, Job.objects.get(pk=step.job_id).status)
+    assert kept == (1, "running")  # kept for a later pass, not lost
     release.set()
     wait_until(lambda: completer.write_outcomes()[1], timeout=20, message="the held outcome")
     step_job = Job.objects.get(pk=step.job_id)
