@@ -10,7 +10,6 @@ writer has tried the row again ``PAST_THE_WAIT`` times, ``LOCKED_RETRY_SECONDS``
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -200,7 +199,7 @@ def test_an_atomic_success_outwaits_a_held_job_row_uncharged_and_its_body_runs_o
 
 @sqlite_only  # the held write lock: on PostgreSQL a transaction begins at once
 def test_an_atomic_job_whose_transaction_cannot_begin_is_given_back_uncharged(
-    hold_database: Any,
+    hold_database: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     job = atomic_gated_effect.enqueue(value="later")
     claimed = claim_as(OWNER, job)
@@ -217,7 +216,8 @@ def test_an_atomic_job_whose_transaction_cannot_begin_is_given_back_uncharged(
         done.set()
 
     running = in_thread(attempt_it)
-    wait_until(_waits_logged, timeout=20,
+    waiting = lambda: any("trying again" in r.getMessage() for r in caplog.records)  # noqa: E731
+    wait_until(waiting, timeout=20,
                message="the release waiting for the write lock")  # fmt: skip
     release.set()
     running.join(30)
@@ -226,30 +226,6 @@ def test_an_atomic_job_whose_transaction_cannot_begin_is_given_back_uncharged(
     assert (job.status, job.errors) == ("ready", [])  # no failure recorded: nothing charged
     assert job.max_attempts == budget + 1  # the attempt given back
     assert not Effect.objects.filter(job_id=job.pk).exists()  # the body never ran
-
-
-_waits: list[str] = []
-
-
-def _waits_logged() -> bool:
-    return bool(_waits)
-
-
-@pytest.fixture(autouse=True)
-def _record_waits(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """Collect the policy's "trying again" lines (any thread) into ``_waits``."""
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "trying again" in record.getMessage():
-                _waits.append(record.getMessage())
-
-    handler = Collect()
-    db_logger = logging.getLogger("django_workqueue.db")
-    db_logger.addHandler(handler)
-    _waits.clear()
-    yield
-    db_logger.removeHandler(handler)
 
 
 # --- skip-queue -----------------------------------------------------------------------------------
