@@ -602,9 +602,9 @@ class Driver(abc.ABC):
         for each other in a cycle."""
 
     def record(self, owner: str, outcome: Outcome) -> bool:
-        """Write one outcome, waiting for its row if another session holds it locked (an
-        atomic task's success must not be mistaken for a lost lease); return whether it was
-        written."""
+        """Write one outcome, waiting (a bounded time) for its row if another session holds
+        it locked; return whether it was written. Outside a worker's writes (tools, tests):
+        those follow ``db/locking.py``."""
         written = self.record_many(owner, [outcome]).written
         return (outcome.job_id, outcome.attempt) in written
 

@@ -11,6 +11,7 @@ writer has tried the row again ``PAST_THE_WAIT`` times, ``LOCKED_RETRY_SECONDS``
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -289,6 +290,8 @@ def test_a_held_row_keeps_only_its_own_outcome_and_the_batch_is_written(
     assert Job.objects.get(pk=plain.job_id).status == "succeeded"
     kept = (completer.pending, Job.objects.get(pk=step.job_id).status)
     assert kept == (1, "running")  # kept for a later pass, not lost
+    # The worker's control loop sleeps no longer than that before it tries the row again.
+    assert completer.outcomes_due_at() <= time.monotonic() + locking.LOCKED_RETRY_SECONDS
     release.set()
     wait_until(lambda: completer.write_outcomes()[1], timeout=20, message="the held outcome")
     step_job = Job.objects.get(pk=step.job_id)
