@@ -386,3 +386,33 @@ def test_an_operation_inside_a_transaction_leaves_its_lock_wait_as_it_found_it()
         with connection.cursor() as cursor:
             cursor.execute("SHOW lock_timeout")
             assert cursor.fetchone()[0] == "7s"
+
+
+# --- the release at shutdown ----------------------------------------------------------------------
+
+
+@pytest.mark.postgres_only  # row locks; SQLite's release waits for the one write lock
+def test_a_release_at_shutdown_gives_back_the_other_jobs_and_the_held_one_once_free(
+    hold: Any, tries: Any
+) -> None:
+    from django_workqueue.attempt.lease import RunningJob
+    from django_workqueue.worker import shutdown
+    from django_workqueue.worker.runner import Worker
+
+    worker = Worker(concurrency=2)
+    held, free = JobFactory(), JobFactory()
+    for job in (held, free):
+        claimed = claim_as(worker.id, job)
+        worker._running[job.pk] = RunningJob(
+            JobContext(claimed, owner=worker.id, driver=worker.driver)
+        )
+    release = hold(Job, held.pk)
+    releasing = in_thread(lambda: shutdown.release_remaining(worker))
+    wait_until(lambda: tries(held.pk)() >= 2, timeout=20, message="the held job tried again")
+    assert fresh(free).status == "ready"  # given back at once, not held up by the other
+    assert fresh(held).status == "running"
+    release.set()
+    releasing.join(30)
+    for job in (held, free):
+        job = fresh(job)
+        assert (job.status, job.errors, job.lease_owner) == ("ready", [], None)
