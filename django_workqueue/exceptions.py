@@ -159,3 +159,9 @@ class InvalidSlots(WorkqueueError, ValueError):
 class InvalidFilterValue(WorkqueueError, ValueError):
     """A filter or selection value no query can take: an id out of range, a text the database
     cannot compare (``filter_values.py``); surfaces answer it as a bad request."""
+
+
+class RowLocked(WorkqueueError):
+    """An operation waited its bound (``db.locking.OPERATION_LOCK_WAIT``) for a row another
+    database session holds (a transaction that has not ended), and changed nothing; the
+    message names the operation. Try again once that transaction ends."""

@@ -4,8 +4,9 @@ skip-queue (``flow.skipqueue``: right after an enqueue commits) and ``django_wor
 (``run.py``) and the outcome written as the worker's completer writes it
 (``workflow.release.record``: the fenced write and its workflow effects in one transaction).
 
-A small heartbeat thread renews the lease while the body runs (skip-queue), unless the caller
-says not to (``testing``: the test's own connection and transaction, no other thread). So a
+A small heartbeat thread renews the lease while the body runs and its outcome is written
+(skip-queue: a row another session holds is waited out in place, ``db/locking.py``), unless the
+caller says not to (``testing``: the test's own connection and transaction, no other thread). So a
 failure leaves the job to the retry policy, for any worker, and a crash of this process leaves
 it ``running`` until its lease expires and a reaper makes it retryable.
 
@@ -15,6 +16,7 @@ Importing this module makes it skip-queue's runner (``flow.skipqueue.set_runner`
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -25,7 +27,7 @@ from django.db import connections
 
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, Driver, Outcome, driver_for
+from ..db import ClaimedJob, Driver, Outcome, driver_for, locking
 from ..flow import skipqueue
 from ..registry import find_task
 from ..states import Status
@@ -85,10 +87,12 @@ def run_claimed(driver: Driver, job: ClaimedJob, owner: str, *, heartbeat: bool 
         # back its jobs, and the interrupt goes on to the caller.
         interrupted = exc
         outcome, pending = ending.released(job), True
-    finally:
-        context.finished = True  # the heartbeat must not take the outcome's write for a loss
+    except BaseException:
         if heartbeat:
             keeper.stop()
+        raise
+    finally:
+        context.finished = True  # the heartbeat must not take the outcome's write for a loss
         if loop is not None:
             loop.close()
     try:
@@ -98,15 +102,21 @@ def run_claimed(driver: Driver, job: ClaimedJob, owner: str, *, heartbeat: bool 
                 outcome._encoded = None
             _record(driver, owner, outcome, job.queue)
     finally:
+        if heartbeat:  # it renewed the lease while a locked row held the outcome up
+            keeper.stop()
         if interrupted is not None:
             raise interrupted
 
 
 def _record(driver: Driver, owner: str, outcome: Outcome, queue: str) -> None:
     """Write the outcome as the worker's completer does: with its workflow effects, and a
-    value the database refuses replaced by a failure that says why."""
+    value the database refuses replaced by a failure that says why. A row another session
+    holds is waited out in place, the lease renewed meanwhile (``db/locking.py``): the
+    caller waits for the attempt's ending anyway."""
+    record = functools.partial(release.record, driver, owner, skip_locked=True)
     try:
-        recorded = release.record(driver, owner, [outcome])
+        what = f"job {outcome.job_id} attempt {outcome.attempt}"
+        recorded = locking.retry_in_place(driver, [outcome], record, what)
     except Exception as exc:
         if is_transient(exc):
             raise  # the lease expires and the reaper makes the job retryable
@@ -164,10 +174,10 @@ class Heartbeat(threading.Thread):
                 if self.stopping.wait(max(0.0, until)):
                     return
                 now = time.monotonic()
-                if timeout_at is not None and now > timeout_at:
+                if timeout_at is not None and now > timeout_at and not item.context.finished:
                     item.context.abort(AbortReason.TIMEOUT)
                     timeout_at = None
-                if self.keeper.due(now) and not item.context.finished:
+                if self.keeper.due(now):  # until stopped: its outcome's write may wait for a row
                     self._renew()
         finally:
             connections[self.driver.alias].close()  # this thread's connection ends with it

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import Driver
+from ..db.locking import LOCKED_RETRY_SECONDS
 from ..states import TERMINAL
 
 logger = logging.getLogger("django_workqueue.worker")
 
-LOCKED_RETRY_SECONDS = 0.25
-"""How soon a renewal that found some of its rows locked by another session (PostgreSQL, which
-skips them rather than wait) is tried again. At the usual interval, a third of the lease, two
-such misses in a row would cost a lease; a locked row is tried again until it is free."""
+# A renewal that found some of its rows locked by another session (PostgreSQL, which skips them
+# rather than wait) is tried again this soon (db/locking.py: every writer's retry). At the usual
+# interval, a third of the lease, two such misses in a row would cost a lease.
 
 
 @dataclass(slots=True)

@@ -7,20 +7,24 @@ Batch tasks run through ``batch.py``, which applies the same refusals and classi
 
 The caller writes the outcome (the worker batches them). ``atomic=True`` tasks are the
 exception: the body and the fenced write of its success share one transaction, so the body's
-writes commit if and only if this runner, still the lease owner, records the success.
+writes commit if and only if this runner, still the lease owner, records the success. A row
+another session holds never fails that success: the write alone is tried again in a savepoint
+until the row is free (``db/locking.py``), and a transaction that cannot begin (SQLite: another
+writer past the busy timeout) gives the attempt back uncharged, the body never run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from .. import middleware, signalling, signals
 from ..context import JobContext
-from ..db import ClaimedJob, Driver
+from ..db import ClaimedJob, Driver, locking
 from ..outcomes import Outcome
 from ..registry import find_task
 from ..workflow import release
@@ -36,6 +40,11 @@ logger = logging.getLogger("django_workqueue.worker")
 
 class _LostLease(Exception):
     pass
+
+
+class _NotBegun(Exception):
+    """An ``atomic=True`` body's transaction could not begin: another session holds the
+    database's write lock (SQLite) past the busy timeout. The body never ran."""
 
 
 def run(
@@ -75,6 +84,12 @@ def run(
             "job %s attempt %s: lease lost; the result was rolled back", job.id, job.attempt
         )
         return None, False
+    except _NotBegun as exc:
+        logger.warning(
+            "job %s attempt %s: its transaction could not begin (%s); given back uncharged",
+            job.id, job.attempt, exc.__cause__,
+        )  # fmt: skip
+        return ending.released(job), True  # a lock is not the body's doing (db/locking.py)
     except BaseException as exc:  # the body's failure, whatever it raised (see ending.py)
         if not interrupts.of_the_body(exc):
             raise  # a Ctrl-C of this process: not the body's ending, and not ours to swallow
@@ -123,14 +138,27 @@ def _attempt(
 def _run_atomic(
     task: Task, job: ClaimedJob, context: JobContext, driver: Driver, args: list[Any]
 ) -> Outcome:
-    with transaction.atomic(using=driver.alias):
-        value = _attempt(task, job, context, args, None)
-        outcome = ending.success(job, value)
-        outcome.progress = context.progress  # the last report commits with the result
-        outcome.spawn = context.spawn
-        context.finished = True
-        # The success, the steps the body added and the release of the job's dependents
-        # commit with the body's writes, or none of them does.
-        if (job.id, job.attempt) not in release.record(driver, context.owner, [outcome]).written:
-            raise _LostLease
+    begun = False
+    try:
+        with transaction.atomic(using=driver.alias):
+            begun = True
+            value = _attempt(task, job, context, args, None)
+            outcome = ending.success(job, value)
+            outcome.progress = context.progress  # the last report commits with the result
+            outcome.spawn = context.spawn
+            context.finished = True
+            # The success, the steps the body added and the release of the job's dependents
+            # commit with the body's writes, or none of them does. A row another session
+            # holds (the job's, its workflow's, a dependent's) stops only the write, in its
+            # savepoint: it is tried again, the body is not run again (db/locking.py).
+            record = functools.partial(release.record, driver, context.owner, skip_locked=True)
+            recorded = locking.retry_in_place(
+                driver, [outcome], record, f"job {job.id} attempt {job.attempt}"
+            )
+            if (job.id, job.attempt) not in recorded.written:
+                raise _LostLease
+    except DatabaseError as exc:
+        if begun or not locking.is_locked(driver, exc):
+            raise
+        raise _NotBegun from exc
     return outcome

@@ -415,6 +415,9 @@ class Driver(abc.ABC):
     supports_separate_commit: bool = True
     """Whether a second connection can commit a write while this thread's connection is in an
     open transaction (SQLite: no, it would wait for that transaction's write lock)."""
+    supports_row_locks: bool = True
+    """Whether a session locks rows, so that a writer stopped by one row's lock can still write
+    the others (SQLite: no, one writer locks the whole database; ``db/locking.py``)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -604,9 +607,9 @@ class Driver(abc.ABC):
         for each other in a cycle."""
 
     def record(self, owner: str, outcome: Outcome) -> bool:
-        """Write one outcome, waiting for its row if another session holds it locked (an
-        atomic task's success must not be mistaken for a lost lease); return whether it was
-        written."""
+        """Write one outcome, waiting (a bounded time) for its row if another session holds
+        it locked; return whether it was written. Outside a worker's writes (tools, tests):
+        those follow ``db/locking.py``."""
         written = self.record_many(owner, [outcome]).written
         return (outcome.job_id, outcome.attempt) in written
 
@@ -709,9 +712,11 @@ class Driver(abc.ABC):
         spare_owner: str | None = None,
         spare_ids: Collection[int] | None = None,
         gone: Collection[str] = (),
+        among: Collection[int] | None = None,
     ) -> list[Expired]:
         """Running jobs whose lease expired, or whose worker is one of ``gone`` (liveness),
-        oldest id first, up to ``limit``, locked until the caller's transaction ends. Rows
+        oldest id first, up to ``limit`` (and only ``among`` these ids, when given), locked
+        until the caller's transaction ends. Rows
         another session holds locked are skipped (a long transaction that called cancel_job
         must not stall every reaper); SQLite, which has no row locks, holds its write lock
         instead (BEGIN IMMEDIATE). ``spare_owner``'s jobs are left alone: all of them, or only
@@ -721,6 +726,8 @@ class Driver(abc.ABC):
             spare_owner,
             spare_ids,
         )
+        if among is not None:
+            candidates = candidates.filter(id__in=list(among))
         owner_gone: Any = (
             Case(When(lease_owner__in=gone, then=Value(True)), default=Value(False))
             if gone
@@ -775,11 +782,16 @@ class Driver(abc.ABC):
         """Wake the workers of ``queues`` in other processes (at commit), where supported."""
         return None  # optional: vendors that support it override
 
-    def bound_lock_waits(self) -> None:
-        """Make row-lock waits of the rest of this transaction fail after a moment instead of
-        stalling the worker's control loop (call it inside ``atomic``; it leaves nothing on
-        the session), where the database waits for row locks at all."""
+    def bound_lock_waits(self, seconds: float | None = None) -> str | None:
+        """Make row-lock waits of the rest of this transaction fail after ``seconds`` (by
+        default a worker's bound, a moment) instead of stalling the caller (call it inside
+        ``atomic``; it leaves nothing on the session), where the database waits for row locks
+        at all. Returns the bound it replaced, for ``restore_lock_waits``."""
         return None  # SQLite: one writer at a time, waited for by its busy timeout
+
+    def restore_lock_waits(self, previous: str | None) -> None:
+        """Put back the bound ``bound_lock_waits`` replaced, for the rest of the transaction."""
+        return None
 
     def notify_abort(self, job_id: int, reason: str) -> None:
         """Tell the worker running ``job_id`` to stop, for ``reason`` (at commit), where
@@ -817,6 +829,11 @@ class Driver(abc.ABC):
         """Whether ``exc`` is a wait for a row lock (or a statement) that timed out, or a
         deadlock the database broke by aborting this side: the session is fine, the statement
         can be tried again later."""
+        return False
+
+    def is_deadlock(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a deadlock the database broke by aborting this side (a kind of
+        ``is_lock_timeout``): tried again at once, it usually succeeds."""
         return False
 
     @staticmethod

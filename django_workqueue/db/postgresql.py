@@ -27,6 +27,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 from ..conf import workqueue_settings as conf
+from ..models import Workflow
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from . import pg_liveness
@@ -139,7 +140,8 @@ ABORT_CHANNEL = "django_workqueue_abort"  # payload: "<job id>:<abort reason>"
 
 # lock_timeout, statement cancellation and a deadlock PostgreSQL broke by aborting this side:
 # the session is fine, the statement (its transaction) can be retried.
-_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014", "40P01"})
+_DEADLOCK = "40P01"
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014", _DEADLOCK})
 
 # The database clock, unless a caller (a test) passes its own ``now`` parameter.
 CLOCK = "statement_timestamp()"
@@ -652,9 +654,20 @@ class PostgresDriver(Driver):
             job_id for job_id, _, locked in rows if locked
         }
 
-    def bound_lock_waits(self) -> None:
+    def bound_lock_waits(self, seconds: float | None = None) -> str | None:
+        bound = LOCK_TIMEOUT if seconds is None else f"{round(seconds * 1000)}ms"
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {_BOUNDED_LOCK_WAITS}")
+            cursor.execute(
+                "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+                [bound],
+            )
+            previous: str = cursor.fetchone()[0]
+        return previous
+
+    def restore_lock_waits(self, previous: str | None) -> None:
+        if previous is not None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:
@@ -686,7 +699,7 @@ class PostgresDriver(Driver):
             f"  delay double precision, extra_attempts integer, has_progress boolean, "
             f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb) "
             f"  WHERE {_BOUNDED_LOCK_WAITS}), "
-            f"free AS MATERIALIZED ({self._lockable(skip_locked)}), "
+            f"{self._unheld(skip_locked)}, "
             f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
             f"finished_at = CASE WHEN v.finished OR {cancel} THEN {CLOCK} END, "
@@ -741,6 +754,24 @@ class PostgresDriver(Driver):
         return (
             f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
             f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
+        )
+
+    def _unheld(self, skip_locked: bool) -> str:
+        """The ``free`` rows of outcome batch ``v`` (see ``_lockable``): with ``skip_locked``,
+        also none whose workflow's row another session holds (db/locking.py: a locked
+        workflow row keeps only its own jobs' outcomes for later, never the batch). The
+        workflow rows are taken first, never waited for, so the workflow effects written
+        after it in this transaction find them held already."""
+        if not skip_locked:
+            return f"free AS MATERIALIZED ({self._lockable(False)})"
+        flows = Workflow._meta.db_table
+        return (
+            f"flows AS MATERIALIZED (SELECT w.id FROM {flows} AS w WHERE w.id IN "
+            f"  (SELECT j.workflow_id FROM {self.table} AS j JOIN v ON j.id = v.id) "
+            f"  ORDER BY w.id FOR UPDATE OF w SKIP LOCKED), "
+            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
+            f"  WHERE j.workflow_id IS NULL OR j.workflow_id IN (SELECT id FROM flows) "
+            f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)"
         )
 
     @property
@@ -878,6 +909,9 @@ class PostgresDriver(Driver):
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
         return getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES
+
+    def is_deadlock(self, exc: BaseException) -> bool:
+        return getattr(exc.__cause__, "sqlstate", None) == _DEADLOCK
 
     def listener(
         self,

@@ -78,6 +78,13 @@ class SQLiteDriver(Driver):
     vendor = "sqlite"
     supports_listen_notify = False
     supports_separate_commit = False
+    supports_row_locks = False
+
+    def is_lock_timeout(self, exc: BaseException) -> bool:
+        # SQLITE_BUSY (and its extended codes): the write lock was not free within
+        # busy_timeout; SQLITE_LOCKED: a conflict inside one shared-cache connection.
+        code = getattr(exc.__cause__, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
     def _now_param(self, now: datetime | None) -> str | None:
         return None if now is None else self.connection.ops.adapt_datetimefield_value(now)

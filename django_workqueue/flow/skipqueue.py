@@ -7,8 +7,9 @@ with one guarded UPDATE (``Driver.claim_job``: still ready, so a worker that cla
 keeps it, and nothing runs here) and runs the attempt with the attempt runner on the calling
 thread (``attempt.inprocess.run_job``, which registers itself here with ``set_runner`` when the
 app is ready: this layer decides when, the attempt layer above runs it). A failure leaves the
-job to the retry policy, for any worker; a crash of this process leaves it ``running`` until
-its lease expires and a reaper makes it retryable.
+job to the retry policy, for any worker; an outcome whose row another session holds is written
+once the row is free, the lease renewed meanwhile (``db/locking.py``); a crash of this process
+leaves it ``running`` until its lease expires and a reaper makes it retryable.
 
 The caller waits for the attempt: ``transaction.on_commit`` callbacks run synchronously in the
 committing thread, so ``enqueue()`` outside a transaction (or the end of the outermost

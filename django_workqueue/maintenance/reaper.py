@@ -11,6 +11,7 @@ statement as every other ending.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -22,7 +23,7 @@ from django.db.models.functions import Now
 
 from .. import signalling, wakeup
 from ..conf import workqueue_settings as conf
-from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for
+from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for, locking
 from ..db.base import reapable, spare
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
@@ -73,14 +74,46 @@ class Reaper(Service):
             self.spare_owner,
             spared,
         )
-        if not any_expired.exists():  # the usual answer, without a transaction
+        ids = list(any_expired.order_by("id").values_list("id", flat=True)[:_BATCH])
+        if not ids:  # the usual answer, without a transaction
             self._housekeeping(driver, now)
             return 0
+        # One transaction for the pass; if a row another session holds (a dependent's) stops
+        # it, each job alone, so that one locked row never fails the others (db/locking.py).
+        passes, kept = locking.write_apart(
+            driver, ids, functools.partial(self._reap, driver, now, spared, gone)
+        )
+        reaped = [row for rows in passes for row in rows]
+        queues = {row.queue for row in reaped if not lease_expired(row).spent}
+        if reaped:
+            wakeup.wake(queues)
+            logger.warning(
+                "reaped %d job(s) whose worker is gone or stopped renewing: %s",
+                len(reaped), [row.id for row in reaped],
+            )  # fmt: skip
+        if kept:
+            logger.info("left %d expired job(s) whose rows another session holds to a later "
+                        "pass: %s", len(kept), kept)  # fmt: skip
+        self._housekeeping(driver, now)
+        return len(reaped)
+
+    def _reap(
+        self,
+        driver: Driver,
+        now: datetime | None,
+        spared: Collection[int] | None,
+        gone: Collection[str],
+        ids: Collection[int],
+    ) -> list[Expired]:
+        """Reap the expired jobs among ``ids`` in one transaction; return those reaped. A job
+        whose row or workflow row another session holds is skipped (``skip_locked``): it stays
+        expired for a later pass."""
         with transaction.atomic(using=self.alias):
             # Locked until the writes commit.
             expired = driver.expired_leases(
-                _BATCH, now, spare_owner=self.spare_owner, spare_ids=spared, gone=gone
-            )
+                len(ids), now, spare_owner=self.spare_owner, spare_ids=spared, gone=gone,
+                among=ids,
+            )  # fmt: skip
             reaped: list[Expired] = []
             ended: list[Ended] = []
             outcomes: list[Outcome] = []
@@ -89,7 +122,7 @@ class Reaper(Service):
             for owner, rows in by_owner:
                 batch = list(rows)
                 written = [lease_expired(row) for row in batch]
-                recorded = driver.record_many(owner, written)
+                recorded = driver.record_many(owner, written, skip_locked=True)
                 outcomes += written
                 timings += recorded.timings
                 ended += recorded.ended
@@ -108,18 +141,10 @@ class Reaper(Service):
                 driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
             )
             # Jobs back in ready wake the workers of their queues (not those that ended).
-            queues = {row.queue for row in reaped if not lease_expired(row).spent}
-            driver.notify(queues)
+            driver.notify({row.queue for row in reaped if not lease_expired(row).spent})
             if any(row.owner_gone for row in reaped):  # a dead standby's slot is free now
                 driver.notify_standby_free()
-        if reaped:
-            wakeup.wake(queues)
-            logger.warning(
-                "reaped %d job(s) whose worker is gone or stopped renewing: %s",
-                len(reaped), [row.id for row in reaped],
-            )  # fmt: skip
-        self._housekeeping(driver, now)
-        return len(reaped)
+        return reaped
 
     def _housekeeping(self, driver: Driver, now: datetime | None) -> None:
         at = time.monotonic()

@@ -18,12 +18,12 @@ from django.db.models import Case, Value, When
 from django.db.models.functions import Now
 
 from .. import wakeup
-from ..db import driver_for
+from ..db import driver_for, locking
 from ..models import Job
 from ..states import Status, transition
 from ..workflow.effects import Effects
 from ..workflow.prerequisites import standing
-from .jobs import WAITING, OperationResult, _jobs, _retrying
+from .jobs import WAITING, OperationResult, _jobs
 
 _HOLDABLE = tuple(status for status in WAITING if status != Status.HELD)
 
@@ -39,7 +39,8 @@ def hold_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     for source in _HOLDABLE:
         transition(source, Status.HELD)
     jobs = _jobs(alias).filter(pk=job_id)
-    if jobs.filter(status__in=_HOLDABLE).update(status=Status.HELD):
+    held = jobs.filter(status__in=_HOLDABLE)
+    if locking.operation(jobs.db, f"hold_job({job_id})", lambda: held.update(status=Status.HELD)):
         return OperationResult(action="held", count=1, message=f"job {job_id} held")
     status = jobs.values_list("status", flat=True).first()
     if status is None:
@@ -63,7 +64,7 @@ def release_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     """
     job_id = job.pk if isinstance(job, Job) else job
     jobs = _jobs(alias).filter(pk=job_id)
-    released = _retrying(jobs.db, f"release_job({job_id})", lambda: _release(jobs, job_id))
+    released = locking.operation(jobs.db, f"release_job({job_id})", lambda: _release(jobs, job_id))
     if released is not None:
         return OperationResult(
             action="released", count=1, message=f"job {job_id} released ({released})"

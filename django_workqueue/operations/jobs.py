@@ -6,17 +6,17 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from .. import wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason
-from ..db import Ended, driver_for
+from ..db import Ended, driver_for, locking
 from ..models import Job
 from ..payload import describe
 from ..registry import MAX_ATTEMPTS, registered_tasks
@@ -58,11 +58,12 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
     for _ in range(3):  # the job may move between our guarded updates; each try re-reads
         for source in WAITING:
             transition(source, Status.CANCELLED)
-        if _retrying(jobs.db, f"cancel_job({job_id})", lambda: _cancel_waiting(jobs, job_id)):
+        what = f"cancel_job({job_id})"
+        if locking.operation(jobs.db, what, functools.partial(_cancel_waiting, jobs, job_id)):
             return OperationResult(action="cancelled", count=1, message=f"job {job_id} cancelled")
-        if jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True).update(
-            cancel_requested_at=Now()
-        ):
+        running = jobs.filter(status=Status.RUNNING, cancel_requested_at__isnull=True)
+        ask = functools.partial(running.update, cancel_requested_at=Now())
+        if locking.operation(jobs.db, f"cancel_job({job_id})", ask):
             driver_for(jobs.db).notify_abort(job_id, AbortReason.CANCEL_REQUESTED)
             return OperationResult(
                 action="cancel_requested", count=1,
@@ -117,7 +118,7 @@ def cancel_jobs(
     cancelled = asked = 0
     for batch in batches(selection):
         ids = [pk for (pk,) in batch]
-        stopped, running = _retrying(
+        stopped, running = locking.operation(
             selection.db, "cancel_jobs", functools.partial(_cancel_batch, selection.db, ids)
         )
         cancelled += stopped
@@ -161,22 +162,6 @@ def _cancel_batch(db: str, ids: list[int]) -> tuple[int, int]:
             asked = 0
         release.settle(db, [Ended(pk, Status.CANCELLED, wf) for pk, wf in waiting])
     return len(waiting), asked
-
-
-def _retrying(db: str, what: str, write: Callable[[], T]) -> T:
-    """Run ``write`` (one transaction that ends jobs) again when the database aborted it to
-    break a deadlock: nothing of it was kept. Jobs are locked in id order and workflows last,
-    as every completion does, but a graph whose ids do not follow its edges (a continuation,
-    ``depends_on`` on an older job) can still meet a completion in the other order."""
-    driver = driver_for(db)
-    for attempt in range(1, 4):
-        try:
-            return write()
-        except OperationalError as exc:
-            if attempt == 3 or not driver.is_lock_timeout(exc):
-                raise
-            logger.info("%s: %s; trying again", what, exc)
-    raise AssertionError("unreachable")
 
 
 def redrive(
@@ -224,7 +209,7 @@ def redrive(
             rows = selection.filter(id__in=ids)
             try:
                 redrive_rows = functools.partial(_redrive_atomic, rows, target, budget)
-                total += _retrying(rows.db, "redrive", redrive_rows)
+                total += locking.operation(rows.db, "redrive", redrive_rows)
             except IntegrityError:  # a holder appeared meanwhile: go one job at a time
                 for pk in ids:
                     with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
@@ -317,13 +302,18 @@ def retry_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
         return OperationResult(action="retried", count=1, message=f"job {job_id} redriven")
     (ready,) = transition(Status.SCHEDULED, Status.READY)
     scheduled = _jobs(alias).filter(pk=job_id, status=Status.SCHEDULED)
-    with transaction.atomic(using=scheduled.db):
+
+    def make_due() -> bool:
         queue = scheduled.values_list("queue", flat=True).first()
-        if queue is not None and scheduled.update(
+        if queue is None or not scheduled.update(
             status=ready, run_after=Now(), deadline=_deadline_unless_passed()
         ):
-            _announce(scheduled.db, {queue})
-            return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
+            return False
+        _announce(scheduled.db, {queue})
+        return True
+
+    if locking.operation(scheduled.db, f"retry_job({job_id})", make_due):
+        return OperationResult(action="retried", count=1, message=f"job {job_id} is due now")
     status = _jobs(alias).filter(pk=job_id).values_list("status", flat=True).first()
     if status is None:
         raise Job.DoesNotExist(f"there is no job {job_id}")

@@ -11,14 +11,14 @@ from django.db.models.functions import Coalesce, Now
 from .. import payload
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason
-from ..db import Ended, driver_for
+from ..db import Ended, driver_for, locking
 from ..exceptions import FailedExternally
 from ..models import Job, Workflow
 from ..payload import describe, storable_text
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
 from ..workflow.locks import lock_workflows
-from .jobs import WAITING, OperationResult, _jobs, _retrying
+from .jobs import WAITING, OperationResult, _jobs
 
 _FINISHABLE = (*WAITING, Status.RUNNING)
 
@@ -59,7 +59,7 @@ def _finish(
 ) -> OperationResult:
     job_id = job.pk if isinstance(job, Job) else job
     jobs = _jobs(alias).filter(pk=job_id)
-    return _retrying(
+    return locking.operation(
         jobs.db, f"ending job {job_id}", lambda: _finish_once(jobs, job_id, target, values)
     )
 
@@ -117,7 +117,7 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     waiting = list(WAITING)
     for source in waiting:
         transition(source, Status.CANCELLED)
-    stopping, running = _retrying(
+    stopping, running = locking.operation(
         db, f"cancel_workflow({workflow_id})",
         lambda: _cancel_workflow(db, jobs, workflow_id, waiting),
     )  # fmt: skip

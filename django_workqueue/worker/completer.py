@@ -5,6 +5,9 @@ own transaction): they hand the outcome here and are free at once. The control t
 writes every outcome that piled up with one fenced statement per pass, so under load one round
 trip completes many jobs.
 
+A row another session holds locked never holds up the others (``db/locking.py``): its outcome
+is kept and tried again within ``LOCKED_RETRY_SECONDS``, the rest are written at once.
+
 Progress reports are kept too, the latest per job, and written in their own batch, which skips
 rows other sessions hold locked and keeps those reports for a later pass. A job's report is
 written at most once per ``WORKQUEUE["PROGRESS_INTERVAL"]``: a newer one waits for its turn
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 
@@ -27,6 +31,7 @@ from ..attempt.ending import log_endings, log_not_written, unstorable
 from ..attempt.throttle import ProgressThrottle
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
+from ..db.locking import LOCKED_RETRY_SECONDS, is_locked, row_locked
 from ..workflow import release
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -41,6 +46,7 @@ class Completer:
         self._throttle = ProgressThrottle()
         self._lock = threading.Lock()
         self._recorded: collections.deque[Outcome] = collections.deque()  # written by slots
+        self._retry_at = math.inf  # monotonic: when outcomes kept for a locked row retry
         self.endings: collections.Counter[str] = collections.Counter()
         """How many attempts ended how (``ending.ENDINGS``), counted once written."""
 
@@ -83,6 +89,11 @@ class Completer:
             (taken if outcome.job_id in job_ids else kept).append(outcome)
         self._outcomes.extendleft(reversed(kept))
         return taken
+
+    def outcomes_due_at(self) -> float:
+        """When (monotonic) outcomes kept because their rows were locked are tried again, or
+        inf (``LOCKED_RETRY_SECONDS`` after the pass that kept them)."""
+        return self._retry_at if self._outcomes else math.inf
 
     @property
     def pending(self) -> int:
@@ -170,13 +181,18 @@ class Completer:
         try:
             recorded = release.record(self.driver, self.owner, outcomes, skip_locked=True)
         except Exception as exc:
-            if is_transient(exc):
+            if is_transient(exc) and not row_locked(self.driver, exc):
                 self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
                 raise
+            # Refused, or a row another session holds (a dependent's) stopped the batch after
+            # its bounded wait: each alone, so only that row's outcome waits (db/locking.py).
             recorded = self._write_one_by_one(outcomes, exc)
         busy = recorded.busy
         if busy:  # rows another session holds locked: keep those outcomes for a later pass
             self._outcomes.extend(o for o in outcomes if o.job_id in busy)
+            self._retry_at = time.monotonic() + LOCKED_RETRY_SECONDS
+        else:
+            self._retry_at = math.inf
         done = [outcome for outcome in outcomes if outcome.job_id not in busy]
         with self._lock:
             for outcome in done:
@@ -211,8 +227,9 @@ class Completer:
         """The batch was refused: write each alone; one the database refuses is replaced by a
         discard that says why, so one bad value never blocks the others."""
         logger.warning(
-            "worker %s: outcome batch refused (%s); writing one by one", self.owner, error
-        )
+            "worker %s: outcome batch %s (%s); writing one by one", self.owner,
+            "stopped by a row lock" if is_locked(self.driver, error) else "refused", error,
+        )  # fmt: skip
         written: set[tuple[int, int]] = set()
         busy: set[int] = set()
         for outcome in outcomes:

@@ -533,6 +533,7 @@ class Worker:
             self.leases.next_renewal,
             self.maintainer.next_run,
             self.completer.progress_due_at(),  # a throttled progress report's turn
+            self.completer.outcomes_due_at(),  # outcomes kept for a row that was locked
             self._scheduled_at,  # --wait-scheduled: the job it waits for is due
         )
         return max(0.0, due - now)

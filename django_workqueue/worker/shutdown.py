@@ -11,6 +11,7 @@ its outcome is fenced out and the job runs again, at least once as always.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from django.db import connections
 from .. import wakeup
 from ..attempt.ending import FINISHED
 from ..context import AbortReason
+from ..db import locking
 from ..maintenance.maintainer import RELEASED
 from ..outcomes import Outcome, OutcomeKind
 from ..workflow import release
@@ -121,7 +123,13 @@ def release_remaining(worker: Worker) -> None:
         # Through release.record, like every worker write: a release the row turns into
         # "cancelled" (a cancellation was requested) ends the job, and its workflow, signals
         # and counters must learn of it in the same commit.
-        written = release.record(worker.driver, worker.id, releases).written
+        # A row another session holds is tried again for a bounded time (db/locking.py),
+        # never holding up the others; one still locked then is left to its lease.
+        record = functools.partial(release.record, worker.driver, worker.id, skip_locked=True)
+        until = time.monotonic() + locking.OPERATION_LOCK_WAIT
+        written = locking.retry_in_place(
+            worker.driver, releases, record, f"worker {worker.id}: release", until=until
+        ).written
     except Exception as exc:  # the reaper will recover them instead
         logger.warning("worker %s: release failed (%s); leases will expire", worker.id, exc)
         written = set()

@@ -22,17 +22,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many rows each transaction of cancel_jobs / redrive was given, and whether it was
-    its own transaction (not nested in another)."""
+    its own transaction (the one ``db.locking.operation`` opens for it, nested in no other)."""
     sizes: list[int] = []
     cancel_batch, redrive_atomic = job_operations._cancel_batch, job_operations._redrive_atomic
 
     def cancelling(db, ids):
-        assert not connection.in_atomic_block
+        assert len(connection.atomic_blocks) == 1
         sizes.append(len(ids))
         return cancel_batch(db, ids)
 
     def redriving(rows, target, budget):
-        assert not connection.in_atomic_block
+        assert len(connection.atomic_blocks) == 1
         sizes.append(rows.count())
         return redrive_atomic(rows, target, budget)
 
