@@ -21,6 +21,7 @@ from django_workqueue.models import Job, MaintenanceLease, Schedule, ScheduleRun
 from django_workqueue.schedules import next_tick
 from django_workqueue.states import Status
 from testproject.testapp.tasks import sleep_for
+from tests.support.database import THIS_DATABASES_LOCKS
 from tests.support.processes import RunworkerProcess, StartWorker, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -185,7 +186,8 @@ def standbys() -> list[str]:
         cursor.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
             " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s"
-            " AND l.objsubid = 2 ORDER BY 1",
+            " AND l.objsubid = 2" + THIS_DATABASES_LOCKS
+            + " ORDER BY 1",
             [STANDBY_CLASS],
         )
         return [name.removeprefix("workqueue:") for (name,) in cursor.fetchall()]

@@ -28,7 +28,7 @@ from django_workqueue.maintenance.liveness import HolderWatch, look_up
 from django_workqueue.maintenance.maintainer import Maintainer
 from django_workqueue.maintenance.reaper import Reaper
 from django_workqueue.models import WorkerProcess
-from tests.support.database import fresh, listening
+from tests.support.database import THIS_DATABASES_LOCKS, fresh, listening
 from tests.support.factories import JobFactory
 from tests.support.waiting import wait_until
 
@@ -174,7 +174,10 @@ def test_the_session_watch_returns_when_the_session_ends_or_when_interrupted():
 
 def sessions_waiting() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        cursor.execute(  # this database's: other suites may share the server
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            + THIS_DATABASES_LOCKS
+        )
         return cursor.fetchone()[0]
 
 
@@ -241,7 +244,7 @@ def standby_keys_held() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = %s AND objsubid = 2",
+            " AND classid = %s AND objsubid = 2" + THIS_DATABASES_LOCKS,
             [STANDBY_CLASS],
         )
         return cursor.fetchone()[0]

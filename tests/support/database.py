@@ -13,6 +13,12 @@ from django.db import connection, transaction
 from django_workqueue.models import Job
 from testproject.testapp.models import LedgerEntry
 
+THIS_DATABASES_LOCKS = (
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+"""A filter of ``pg_locks`` to this database's advisory locks (they are per database, but
+``pg_locks`` shows the whole server's, and other suites may share the server)."""
+
 
 def db_now() -> dt.datetime:
     """The database's clock (the one every lease and schedule is compared with)."""
