@@ -8,21 +8,24 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .exceptions import InvalidProgress, JobCancelled, PayloadNotJSON
+from .exceptions import InvalidOption, InvalidProgress, JobCancelled, PayloadNotJSON
 from .flow.claims import claim
 from .payload import encode, storable_text
 from .registry import find_task
 
 if TYPE_CHECKING:
+    from .attempt.checkpoints import Checkpoints
     from .db import ClaimedJob, Driver, Progress
     from .workflow.canvas import Step
     from .workflow.store import Spawn
 
 
 logger = logging.getLogger("django_workqueue.worker")
+
+T = TypeVar("T")
 
 _event_lock = threading.Lock()
 
@@ -100,6 +103,7 @@ class JobContext:
         self.released = False  # handed back to ready by the worker's shutdown
         self.spawn: Spawn | None = None  # steps added at run time, written with a success
         self._dependencies: list[Prerequisite] | None = None
+        self._checkpoints: Checkpoints | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -227,6 +231,67 @@ class JobContext:
             self._driver, key, job_id=self.job.id, ttl=ttl,
             joins=bool(task is not None and task.spec.atomic),
         )  # fmt: skip
+
+    # --- durable steps and sleeps ------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` once per job and return its result: stored (as JSON) as
+        soon as ``fn`` returns, and returned from the store, without calling ``fn``, when the
+        body runs again (a retry, the end of a ``sleep``, a crash).
+
+        >>> @task
+        ... def fulfil(context, order_id):
+        ...     charge = context.step("charge", charge_card, order_id)
+        ...     context.sleep(24 * 3600)
+        ...     context.step("remind", send_reminder, order_id, charge["id"])
+
+        ``name`` (up to 200 characters) finds the checkpoint: unique within one run of the body
+        (``InvalidOption`` at the second use). A result that cannot be stored raises
+        ``PayloadNotJSON`` or ``PayloadTooLarge`` (``WORKQUEUE["MAX_RESULT_BYTES"]``) at the
+        call. Without ``atomic=True`` the checkpoint commits at once (a crash after ``fn``
+        returned and before it was stored runs ``fn`` again: at least once for what ``fn``
+        does outside the database); in an ``atomic=True`` task it joins the task's
+        transaction: a failed attempt rolls back the step's writes and its checkpoint, and the
+        retry runs it again. Sync tasks only. See ``docs/guides/long-running.md``.
+        """
+        return self._durable("context.step").step(name, fn, args, kwargs)
+
+    def sleep(self, seconds: float | timedelta) -> None:
+        """End this attempt, without charging it, and run the body again in ``seconds``: the
+        job waits ``scheduled`` (no worker slot, no lease), and the calls it already made
+        are answered from their checkpoints. When the body runs again this call returns (or
+        sleeps what is left, if the job was run early).
+
+        >>> context.step("invite", send_invite, user_id)
+        >>> context.sleep(timedelta(days=3))
+        >>> context.step("remind", send_reminder, user_id)
+
+        It raises ``Sleeping`` (a ``Snooze``): let it propagate. In an ``atomic=True`` task
+        the body's writes so far commit with its checkpoints.
+        """
+        from .attempt.checkpoints import after
+
+        self._durable("context.sleep").sleep_until(after("context.sleep", seconds))
+
+    def sleep_until(self, when: datetime) -> None:
+        """``sleep`` until ``when`` (an aware datetime, compared with the database's clock)."""
+        from .attempt.checkpoints import wake_time
+
+        owner = "context.sleep_until"
+        self._durable(owner).sleep_until(wake_time(owner, when))
+
+    def _durable(self, owner: str) -> Checkpoints:
+        if self._checkpoints is None:
+            from .attempt.checkpoints import Checkpoints
+
+            task = find_task(self.job.task_name)
+            if task is not None and task.spec.is_async:
+                raise InvalidOption(
+                    f"{owner}: {self.job.task_name} is an async task; durable steps and sleeps "
+                    f"are for sync tasks (they write to the database from the body's thread)"
+                )
+            self._checkpoints = Checkpoints(self._driver, self.job.id, self.job.task_name)
+        return self._checkpoints
 
     # --- workflows ----------------------------------------------------------------------------
 

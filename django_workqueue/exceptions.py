@@ -37,6 +37,13 @@ class Snooze(JobControl):
         self.delay = delay
 
 
+class Sleeping(Snooze):
+    """Raised by ``context.sleep`` / ``sleep_until`` to park the job until its time: a snooze
+    (the attempt is not charged) whose body runs again then, its finished steps answered from
+    their checkpoints. In an ``atomic=True`` task the body's writes so far commit with it.
+    Let it propagate: a body that catches it goes on instead of sleeping."""
+
+
 class Discard(JobControl):
     """Fail the job now, straight to the dead-letter queue, whatever attempts remain.
 

@@ -341,6 +341,37 @@ class Dependency(models.Model):
         return f"job {self.job_id} waits for job {self.prerequisite_id}"
 
 
+class Checkpoint(models.Model):
+    """What a job's body finished, kept across its attempts (``context.step``, ``context.sleep``):
+    the body runs again after a retry, a sleep or a crash, and what is here answers the calls
+    it already made instead of running them again.
+
+    ``kind`` keeps a step's name apart from the body's sleeps, which are named by their order
+    in the body (the first sleep is ``"1"``); ``wakes_at`` is when a sleep ends.
+    """
+
+    class Kind(models.TextChoices):
+        STEP = "step", "Step"
+        SLEEP = "sleep", "Sleep"
+
+    # The unique (job, kind, name) constraint's index serves lookups by job.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints",
+                            db_index=False)  # fmt: skip
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.STEP)
+    name = models.CharField(max_length=200)
+    result = models.JSONField(null=True, blank=True)
+    wakes_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "kind", "name"], name="wq_checkpoint_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name!r} of job {self.job_id}"
+
+
 class Queue(models.Model):
     """Run-time controls of a queue. A queue without a row has none (it is not paused)."""
 

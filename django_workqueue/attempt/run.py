@@ -7,7 +7,8 @@ Batch tasks run through ``batch.py``, which applies the same refusals and classi
 
 The caller writes the outcome (the worker batches them). ``atomic=True`` tasks are the
 exception: the body and the fenced write of its success share one transaction, so the body's
-writes commit if and only if this runner, still the lease owner, records the success.
+writes commit if and only if this runner, still the lease owner, records the success (or the
+durable sleep that parks the job: ``attempt/checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import transaction
 from .. import middleware, signalling, signals
 from ..context import JobContext
 from ..db import ClaimedJob, Driver
+from ..exceptions import Sleeping
 from ..outcomes import Outcome
 from ..registry import find_task
 from ..workflow import release
@@ -124,12 +126,18 @@ def _run_atomic(
     task: Task, job: ClaimedJob, context: JobContext, driver: Driver, args: list[Any]
 ) -> Outcome:
     with transaction.atomic(using=driver.alias):
-        value = _attempt(task, job, context, args, None)
-        outcome = ending.success(job, value)
+        try:
+            value = _attempt(task, job, context, args, None)
+        except Sleeping as sleeping:
+            # A durable sleep ends the attempt (uncharged, as a snooze) by committing the
+            # body's writes so far with their checkpoints: the next run goes on from there.
+            outcome = ending.classified(task, job, context, sleeping)
+        else:
+            outcome = ending.success(job, value)
+            outcome.spawn = context.spawn
         outcome.progress = context.progress  # the last report commits with the result
-        outcome.spawn = context.spawn
         context.finished = True
-        # The success, the steps the body added and the release of the job's dependents
+        # The ending, the steps the body added and the release of the job's dependents
         # commit with the body's writes, or none of them does.
         if (job.id, job.attempt) not in release.record(driver, context.owner, [outcome]).written:
             raise _LostLease

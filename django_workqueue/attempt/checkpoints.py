@@ -1,0 +1,149 @@
+"""Checkpoints: what a job's body already finished, answered from the store when it runs again.
+
+A body runs again after a retry, a sleep, a crash. ``context.step(name, fn)`` runs ``fn`` once
+per job: its result is stored as a ``Checkpoint`` row as soon as ``fn`` returns and the same
+call of a later run returns the stored result instead of calling ``fn``. ``context.sleep``
+stores when it ends the same way (sleeps are named by their order in the body), so the run
+that resumes after it passes it by.
+
+Where a checkpoint is written decides what a failure does to it, as for ``context.claim``: in
+a task without ``atomic=True`` it commits at once (or with the body's own ``transaction.
+atomic()`` block, if the step runs inside one: with the step's database work); in an
+``atomic=True`` task it joins the task's transaction, so a failed attempt rolls back the step's
+writes and its checkpoint together and the retry runs the step again. A sleep ends such an
+attempt by committing the body's writes so far with its checkpoints (``run.py``).
+
+One row per (job, kind, name), by a unique constraint: if two runs of a job store the same step
+(a worker that lost its lease and the one that took the job over), the first stored result
+stands and both return it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+
+from ..conf import workqueue_settings as conf
+from ..exceptions import InvalidOption, NaiveDatetime, Sleeping
+from ..models import Checkpoint
+from ..payload import check_size, describe, encode, unstorable_text
+
+if TYPE_CHECKING:
+    from ..db import Driver
+
+MAX_NAME_LENGTH = 200
+_MISSING = object()
+
+
+class Checkpoints:
+    """The checkpoints of one run of one job's body (one per ``JobContext``)."""
+
+    def __init__(self, driver: Driver, job_id: int, task_name: str) -> None:
+        self._driver = driver
+        self._job_id = job_id
+        self._task_name = task_name
+        self._steps: set[str] = set()
+        self._sleeps = 0
+
+    def step(self, name: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        name = self._check_name(name)
+        stored = self._read(Checkpoint.Kind.STEP, name)
+        if stored is not _MISSING:
+            return stored[0]
+        value = fn(*args, **kwargs)
+        owner = f"the step {name!r} of {self._task_name} returned a value that"
+        encoded = encode(value, "result", owner)
+        check_size(len(encoded.encode()), conf.MAX_RESULT_BYTES,
+                   f"the result of the step {name!r} of {self._task_name} is",
+                   "MAX_RESULT_BYTES")  # fmt: skip
+        # What every later run will get back, so this one gets the same (a tuple is a list).
+        result = json.loads(encoded)
+        return self._store(Checkpoint.Kind.STEP, name, result=result)[0]
+
+    def sleep_until(self, when: Callable[[datetime], datetime]) -> None:
+        """Park the job until ``when(now)`` (the database's ``now``), unless this sleep of the
+        body was already stored: then until the stored time, or not at all once it passed."""
+        self._sleeps += 1
+        name = str(self._sleeps)
+        now = self._driver.now()
+        stored = self._read(Checkpoint.Kind.SLEEP, name)
+        wakes_at = stored[1] if stored is not _MISSING else None
+        if wakes_at is None:
+            wakes_at = self._store(Checkpoint.Kind.SLEEP, name, wakes_at=when(now))[1]
+        assert wakes_at is not None  # a sleep's checkpoint always has one
+        remaining = (wakes_at - now).total_seconds()
+        if remaining > 0:
+            raise Sleeping(delay=remaining)
+
+    def _check_name(self, name: Any) -> str:
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
+            raise InvalidOption(
+                f"context.step: name must be a non-empty string of at most {MAX_NAME_LENGTH} "
+                f"characters, got {describe(name)}"
+            )
+        problem = unstorable_text(name)
+        if problem is not None:
+            raise InvalidOption(f"context.step: name {problem}")
+        if name in self._steps:
+            raise InvalidOption(
+                f"context.step: {self._task_name} used the step name {name!r} twice in one "
+                f"run; each step of a job needs its own name (its checkpoint is found by it), "
+                f"e.g. f'charge:{{invoice_id}}' for a step run in a loop"
+            )
+        self._steps.add(name)
+        return name
+
+    def _read(self, kind: str, name: str) -> Any:
+        """(result, wakes_at) of the stored checkpoint, or ``_MISSING``."""
+        rows = list(
+            Checkpoint.objects.using(self._driver.alias)
+            .filter(job_id=self._job_id, kind=kind, name=name)
+            .values_list("result", "wakes_at")[:1]
+        )
+        return rows[0] if rows else _MISSING
+
+    def _store(
+        self, kind: str, name: str, *, result: Any = None, wakes_at: datetime | None = None
+    ) -> tuple[Any, datetime | None]:
+        """Store the checkpoint; return what is stored (this one, or an earlier writer's)."""
+        alias = self._driver.alias
+        try:
+            with transaction.atomic(using=alias):  # a savepoint inside the body's transaction
+                Checkpoint.objects.using(alias).create(
+                    job_id=self._job_id, kind=kind, name=name, result=result, wakes_at=wakes_at
+                )
+        except IntegrityError:
+            stored = self._read(kind, name)
+            if stored is _MISSING:  # not a second writer: the job's row is gone
+                raise
+            return stored
+        return result, wakes_at
+
+
+def wake_time(owner: str, when: Any) -> Callable[[datetime], datetime]:
+    """``when`` of ``sleep_until``, checked: an aware datetime."""
+    if not isinstance(when, datetime):
+        raise InvalidOption(f"{owner}: when must be an aware datetime, got {describe(when)}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise NaiveDatetime(
+            f"{owner}: when is a naive datetime ({when.isoformat()}); give it a time zone "
+            f"(django.utils.timezone.make_aware, or datetime.now(UTC) + ...)"
+        )
+    return lambda now: when
+
+
+def after(owner: str, seconds: Any) -> Callable[[datetime], datetime]:
+    """``seconds`` of ``sleep``, checked: a number or timedelta, zero or more."""
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise InvalidOption(
+            f"{owner}: seconds must be a number of seconds (or a timedelta), zero or more, "
+            f"got {describe(seconds)}"
+        )
+    delta = timedelta(seconds=seconds)  # OverflowError for an absurd number, at the call
+    return lambda now: now + delta
