@@ -280,6 +280,25 @@ class JobContext:
         owner = "context.sleep_until"
         self._durable(owner).sleep_until(wake_time(owner, when))
 
+    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+        """Return the payload of the signal ``name`` sent to this job or to its workflow
+        (``operations.send_signal``): at once if one was sent already (kept signals are taken
+        oldest first), otherwise the attempt ends, uncharged, and the job waits ``waiting``
+        (no worker slot, no lease) until one arrives; its body then runs again, its finished
+        steps answered from their checkpoints, and this call returns the payload. After
+        ``timeout`` seconds without one it raises ``SignalTimeout`` here instead.
+
+        >>> try:
+        ...     decision = context.wait_for_signal("approve", timeout=timedelta(days=3))
+        ... except SignalTimeout:
+        ...     decision = {"approved": False}
+
+        Each wait takes one signal, once: the answer is stored with the job (in an
+        ``atomic=True`` task, in its transaction: a failed attempt gives the signal back to
+        the retry's wait). Sync tasks only. See ``docs/guides/long-running.md``.
+        """
+        return self._durable("context.wait_for_signal").wait_for_signal(name, timeout)
+
     def _durable(self, owner: str) -> Checkpoints:
         if self._checkpoints is None:
             from .attempt.checkpoints import Checkpoints
@@ -287,10 +306,12 @@ class JobContext:
             task = find_task(self.job.task_name)
             if task is not None and task.spec.is_async:
                 raise InvalidOption(
-                    f"{owner}: {self.job.task_name} is an async task; durable steps and sleeps "
-                    f"are for sync tasks (they write to the database from the body's thread)"
+                    f"{owner}: {self.job.task_name} is an async task; durable steps, sleeps and "
+                    f"waits are for sync tasks (they write to the database from the body's thread)"
                 )
-            self._checkpoints = Checkpoints(self._driver, self.job.id, self.job.task_name)
+            self._checkpoints = Checkpoints(
+                self._driver, self.job.id, self.job.task_name, self.job.workflow_id
+            )
         return self._checkpoints
 
     # --- workflows ----------------------------------------------------------------------------

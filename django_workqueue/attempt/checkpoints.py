@@ -28,26 +28,35 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, transaction
 
 from ..conf import workqueue_settings as conf
-from ..exceptions import InvalidOption, NaiveDatetime, Sleeping
+from ..exceptions import (
+    InvalidOption,
+    NaiveDatetime,
+    SignalTimeout,
+    Sleeping,
+    WaitingForSignal,
+)
 from ..models import Checkpoint
-from ..payload import check_size, describe, encode, unstorable_text
+from ..payload import check_size, describe, encode
+from ..workflow import inbox
 
 if TYPE_CHECKING:
     from ..db import Driver
-
-MAX_NAME_LENGTH = 200
 _MISSING = object()
 
 
 class Checkpoints:
     """The checkpoints of one run of one job's body (one per ``JobContext``)."""
 
-    def __init__(self, driver: Driver, job_id: int, task_name: str) -> None:
+    def __init__(
+        self, driver: Driver, job_id: int, task_name: str, workflow_id: int | None = None
+    ) -> None:
         self._driver = driver
         self._job_id = job_id
         self._task_name = task_name
+        self._workflow_id = workflow_id
         self._steps: set[str] = set()
         self._sleeps = 0
+        self._waits = 0
 
     def step(self, name: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         name = self._check_name(name)
@@ -79,15 +88,76 @@ class Checkpoints:
         if remaining > 0:
             raise Sleeping(delay=remaining)
 
+    def wait_for_signal(self, name: Any, timeout: Any) -> Any:
+        """The payload of the signal ``name`` this wait of the body took: at once if one is
+        kept (or the wait was answered in an earlier run), else park the job ``waiting``."""
+        name = inbox.check_name("context.wait_for_signal", name)
+        seconds = None if timeout is None else _seconds("context.wait_for_signal: timeout",
+                                                        timeout)  # fmt: skip
+        self._waits += 1
+        ordinal = str(self._waits)
+        now = self._driver.now()
+        wait = self._wait(ordinal)
+        if wait is None:
+            times_out = None if seconds is None else now + timedelta(seconds=seconds)
+            self._store(Checkpoint.Kind.WAIT, ordinal, wakes_at=times_out, signal=name)
+            wait = self._wait(ordinal)
+        assert wait is not None  # stored just now, or by an earlier run
+        pk, result, times_out = wait
+        if result is None:
+            result = self._answer(pk, name, now, times_out)
+        if "payload" in result:
+            return result["payload"]
+        raise SignalTimeout(
+            f"no signal {name!r} arrived for job {self._job_id} before its timeout "
+            f"({times_out.isoformat() if times_out else 'none'})"
+        )
+
+    def _answer(
+        self, pk: int, name: str, now: datetime, times_out: datetime | None
+    ) -> dict[str, Any]:
+        """Take a kept signal as the wait's answer, or its timeout once it passed, or park."""
+        alias = self._driver.alias
+        answered = Checkpoint.objects.using(alias).filter(pk=pk, result__isnull=True)
+        try:
+            with transaction.atomic(using=alias):
+                found, payload = inbox.take(alias, self._job_id, self._workflow_id, name)
+                if found:
+                    result: dict[str, Any] = {"payload": payload}
+                elif times_out is not None and times_out <= now:
+                    result = {"timed_out": True}
+                else:
+                    result = {}
+                if result and not answered.update(result=result):
+                    raise _AnsweredElsewhere  # rolls back the signal taken
+        except _AnsweredElsewhere:
+            stored = self._wait_answer(pk)
+            if stored is not None:
+                return stored
+            result = {}
+        if not result:
+            delay = 0.0 if times_out is None else (times_out - now).total_seconds()
+            raise WaitingForSignal(name, delay=delay)
+        return result
+
+    def _wait(self, ordinal: str) -> tuple[int, Any, datetime | None] | None:
+        rows = list(
+            Checkpoint.objects.using(self._driver.alias)
+            .filter(job_id=self._job_id, kind=Checkpoint.Kind.WAIT, name=ordinal)
+            .values_list("pk", "result", "wakes_at")[:1]
+        )
+        return rows[0] if rows else None
+
+    def _wait_answer(self, pk: int) -> dict[str, Any] | None:
+        return (
+            Checkpoint.objects.using(self._driver.alias)
+            .filter(pk=pk)
+            .values_list("result", flat=True)
+            .first()
+        )
+
     def _check_name(self, name: Any) -> str:
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
-            raise InvalidOption(
-                f"context.step: name must be a non-empty string of at most {MAX_NAME_LENGTH} "
-                f"characters, got {describe(name)}"
-            )
-        problem = unstorable_text(name)
-        if problem is not None:
-            raise InvalidOption(f"context.step: name {problem}")
+        name = inbox.check_name("context.step", name)
         if name in self._steps:
             raise InvalidOption(
                 f"context.step: {self._task_name} used the step name {name!r} twice in one "
@@ -107,21 +177,45 @@ class Checkpoints:
         return rows[0] if rows else _MISSING
 
     def _store(
-        self, kind: str, name: str, *, result: Any = None, wakes_at: datetime | None = None
+        self,
+        kind: str,
+        name: str,
+        *,
+        result: Any = None,
+        wakes_at: datetime | None = None,
+        signal: str = "",
     ) -> tuple[Any, datetime | None]:
         """Store the checkpoint; return what is stored (this one, or an earlier writer's)."""
         alias = self._driver.alias
         try:
             with transaction.atomic(using=alias):  # a savepoint inside the body's transaction
                 Checkpoint.objects.using(alias).create(
-                    job_id=self._job_id, kind=kind, name=name, result=result, wakes_at=wakes_at
-                )
+                    job_id=self._job_id, kind=kind, name=name, result=result,
+                    wakes_at=wakes_at, signal=signal,
+                )  # fmt: skip
         except IntegrityError:
             stored = self._read(kind, name)
             if stored is _MISSING:  # not a second writer: the job's row is gone
                 raise
             return stored
         return result, wakes_at
+
+
+class _AnsweredElsewhere(Exception):
+    """Another run of the job answered this wait first (its answer stands)."""
+
+
+def _seconds(owner: str, seconds: Any) -> float:
+    """A number of seconds (or a timedelta), zero or more."""
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise InvalidOption(
+            f"{owner} must be a number of seconds (or a timedelta), zero or more, "
+            f"got {describe(seconds)}"
+        )
+    timedelta(seconds=seconds)  # OverflowError for an absurd number, at the call
+    return float(seconds)
 
 
 def wake_time(owner: str, when: Any) -> Callable[[datetime], datetime]:
@@ -138,12 +232,5 @@ def wake_time(owner: str, when: Any) -> Callable[[datetime], datetime]:
 
 def after(owner: str, seconds: Any) -> Callable[[datetime], datetime]:
     """``seconds`` of ``sleep``, checked: a number or timedelta, zero or more."""
-    if isinstance(seconds, timedelta):
-        seconds = seconds.total_seconds()
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise InvalidOption(
-            f"{owner}: seconds must be a number of seconds (or a timedelta), zero or more, "
-            f"got {describe(seconds)}"
-        )
-    delta = timedelta(seconds=seconds)  # OverflowError for an absurd number, at the call
+    delta = timedelta(seconds=_seconds(f"{owner}: seconds", seconds))
     return lambda now: now + delta

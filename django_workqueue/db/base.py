@@ -272,7 +272,7 @@ class Timing:
 
 
 #: The unfinished statuses in the order of ``wq_job_active``'s condition (models.py).
-ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "running"]
+ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "waiting", "running"]
 assert set(ACTIVE_STATUSES) == {str(status.value) for status in ACTIVE}
 
 

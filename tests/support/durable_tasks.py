@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from django_workqueue import task
+from django_workqueue.exceptions import SignalTimeout
 from testproject.testapp.models import Effect
 
 #: Each call of a step's function in this process: (job id, attempt, step name).
@@ -89,3 +90,32 @@ def step_then_waits_for_file(context: Any, where: str) -> Any:
     while not (folder / "go").exists():
         time.sleep(0.05)
     return pid
+
+
+@task(max_attempts=3)
+def waits_for_approval(context: Any, timeout: float | None = None) -> Any:
+    """A step, then a wait for ``approve``: returns the step's result and the payload (or
+    ``"timed out"``)."""
+    before = context.step("before", _called, context, "before")
+    try:
+        decision = context.wait_for_signal("approve", timeout=timeout)
+    except SignalTimeout:
+        decision = "timed out"
+    return [before, decision]
+
+
+@task(max_attempts=3)
+def waits_twice(context: Any) -> Any:
+    """Two waits for ``go``: each takes its own signal."""
+    return [context.wait_for_signal("go"), context.wait_for_signal("go")]
+
+
+@task(atomic=True, max_attempts=3, backoff=0)
+def atomic_waits_then_fails_once(context: Any) -> Any:
+    """An atomic task whose first attempt fails after its wait took a signal: the signal goes
+    back with the rollback and the retry's wait takes it again."""
+    payload = context.wait_for_signal("go")
+    _called(context, "took")
+    if context.attempt == 1:
+        raise ConnectionError("failed after the wait")
+    return payload
