@@ -269,13 +269,13 @@ class JobContext:
         It raises ``Sleeping`` (a ``Snooze``): let it propagate. In an ``atomic=True`` task
         the body's writes so far commit with its checkpoints.
         """
-        from .attempt.checkpoints import after
+        from .attempt.checkpoints import after  # not at import: see ``set_progress``
 
         self._durable("context.sleep").sleep_until(after("context.sleep", seconds))
 
     def sleep_until(self, when: datetime) -> None:
         """``sleep`` until ``when`` (an aware datetime, compared with the database's clock)."""
-        from .attempt.checkpoints import wake_time
+        from .attempt.checkpoints import wake_time  # not at import: see ``set_progress``
 
         owner = "context.sleep_until"
         self._durable(owner).sleep_until(wake_time(owner, when))
@@ -301,6 +301,7 @@ class JobContext:
 
     def _durable(self, owner: str) -> Checkpoints:
         if self._checkpoints is None:
+            # Not at import: see ``set_progress``; the checkpoints import the models.
             from .attempt.checkpoints import Checkpoints
 
             task = find_task(self.job.task_name)
