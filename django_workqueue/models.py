@@ -203,6 +203,7 @@ class Job(models.Model):
             ("cancel_job", "Can cancel jobs"),
             ("retry_job", "Can retry and redrive jobs"),
             ("hold_job", "Can hold and release jobs"),
+            ("signal_job", "Can send signals to jobs and workflows"),
             ("purge_job", "Can purge finished jobs"),
             ("manage_queue", "Can pause and resume queues"),
             ("manage_schedule", "Can manage schedules"),

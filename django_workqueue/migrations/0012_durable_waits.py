@@ -25,6 +25,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterModelOptions(
+            name='job',
+            options={'ordering': ['-id'], 'permissions': [('view_job_payload', 'Can view job arguments and results'), ('view_job_traceback', 'Can view job tracebacks'), ('cancel_job', 'Can cancel jobs'), ('retry_job', 'Can retry and redrive jobs'), ('hold_job', 'Can hold and release jobs'), ('signal_job', 'Can send signals to jobs and workflows'), ('purge_job', 'Can purge finished jobs'), ('manage_queue', 'Can pause and resume queues'), ('manage_schedule', 'Can manage schedules')]},
+        ),
         migrations.CreateModel(
             name='Checkpoint',
             fields=[
