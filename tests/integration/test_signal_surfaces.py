@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_workqueue import group
@@ -120,3 +122,60 @@ def test_the_command_refuses_a_payload_that_is_not_json(drain):
 
     assert code != 0 and "is not JSON" in message
     assert not Signal.objects.exists()
+
+
+# --- the admin's job page ------------------------------------------------------------------------
+
+
+def admin_client(*codenames: str) -> Client:
+    client = Client()
+    username = "admin-" + "-".join(codenames)
+    client.force_login(user_with(*codenames, username=username, is_staff=True))
+    return client
+
+
+def test_the_job_page_offers_send_signal_named_after_what_the_job_waits_for(drain):
+    job = waiting_job(drain)
+    page = reverse("admin:django_workqueue_job_change", args=[job.pk])
+
+    allowed = admin_client("view_job", "signal_job").get(page).content.decode()
+    refused = admin_client("view_job").get(page).content.decode()
+
+    assert 'name="name" required maxlength="200" value="approve"' in allowed
+    assert "waiting for signal &#x27;approve&#x27; since" in allowed
+    assert "Send signal" not in refused
+
+
+def test_the_job_page_sends_the_signal_and_audits_it(drain):
+    job = waiting_job(drain)
+    url = reverse("admin:django_workqueue_job_signal", args=[job.pk])
+
+    response = admin_client("view_job", "signal_job").post(
+        url, {"name": "approve", "payload": '{"by": "carol"}'}, follow=True
+    )
+
+    assert response.status_code == 200
+    assert "woke 1 waiting job" in response.content.decode()
+    assert fresh(job).status == Status.READY
+    assert Signal.objects.get().payload == {"by": "carol"}
+    record = AuditRecord.objects.get()
+    assert (record.action, record.target, record.source) == (
+        "signal", {"ids": [job.pk], "signal": "approve"}, "admin",
+    )  # fmt: skip
+    drain()
+    assert fresh(job).result[1] == {"by": "carol"}
+
+
+def test_the_job_page_refuses_a_signal_without_the_permission_or_with_bad_json(drain):
+    job = waiting_job(drain)
+    url = reverse("admin:django_workqueue_job_signal", args=[job.pk])
+
+    refused = admin_client("view_job").post(url, {"name": "approve"})
+    bad = admin_client("view_job", "signal_job").post(
+        url, {"name": "approve", "payload": "{oops"}, follow=True
+    )
+
+    assert refused.status_code == 403
+    assert "the payload is not JSON" in bad.content.decode()
+    assert not Signal.objects.exists() and not AuditRecord.objects.exists()
+    assert fresh(job).status == Status.WAITING
