@@ -257,3 +257,18 @@ def test_send_signal_checks_the_payload():
 def test_send_signal_to_a_job_that_does_not_exist_raises():
     with pytest.raises(Job.DoesNotExist):
         operations.send_signal(999_999, "go")
+
+
+def test_cancelling_a_workflow_cancels_its_waiting_steps(drain):
+    workflow = group(durable_tasks.waits_for_approval.s(), durable_tasks.waits_twice.s()).enqueue()
+    drain()
+    assert set(Job.objects.filter(workflow=workflow).values_list("status", flat=True)) == {
+        Status.WAITING
+    }
+
+    operations.cancel_workflow(workflow)
+
+    statuses = set(Job.objects.filter(workflow=workflow).values_list("status", flat=True))
+    assert statuses == {Status.CANCELLED}
+    workflow.refresh_from_db()
+    assert workflow.status == "cancelled"
