@@ -311,8 +311,9 @@ class JobContext:
                     f"waits are for sync tasks (they write to the database from the body's thread)"
                 )
             self._checkpoints = Checkpoints(
-                self._driver, self.job.id, self.job.task_name, self.job.workflow_id
-            )
+                self._driver, self.job.id, self.job.task_name, self.job.workflow_id,
+                atomic=bool(task is not None and task.spec.atomic),
+            )  # fmt: skip
         return self._checkpoints
 
     # --- workflows ----------------------------------------------------------------------------

@@ -48,9 +48,11 @@ class Checkpoints:
     """The checkpoints of one run of one job's body (one per ``JobContext``)."""
 
     def __init__(
-        self, driver: Driver, job_id: int, task_name: str, workflow_id: int | None = None
-    ) -> None:
+        self, driver: Driver, job_id: int, task_name: str, workflow_id: int | None = None,
+        *, atomic: bool = False,
+    ) -> None:  # fmt: skip
         self._driver = driver
+        self._atomic = atomic
         self._job_id = job_id
         self._task_name = task_name
         self._workflow_id = workflow_id
@@ -76,6 +78,7 @@ class Checkpoints:
     def sleep_until(self, when: Callable[[datetime], datetime]) -> None:
         """Park the job until ``when(now)`` (the database's ``now``), unless this sleep of the
         body was already stored: then until the stored time, or not at all once it passed."""
+        self._check_parks_cleanly("context.sleep")
         self._sleeps += 1
         name = str(self._sleeps)
         now = self._driver.now()
@@ -94,6 +97,7 @@ class Checkpoints:
         name = inbox.check_name("context.wait_for_signal", name)
         seconds = None if timeout is None else _seconds("context.wait_for_signal: timeout",
                                                         timeout)  # fmt: skip
+        self._check_parks_cleanly("context.wait_for_signal")
         self._waits += 1
         ordinal = str(self._waits)
         now = self._driver.now()
@@ -155,6 +159,19 @@ class Checkpoints:
             .values_list("result", flat=True)
             .first()
         )
+
+    def _check_parks_cleanly(self, owner: str) -> None:
+        """Refuse a sleep or wait inside a ``transaction.atomic()`` block the body opened: the
+        block would roll back the checkpoint with the ending that parks the job, which would
+        then sleep again (or wait for ever) when it runs again."""
+        runners = 1 if self._atomic else 0  # an atomic=True task's own transaction
+        if len(self._driver.connection.atomic_blocks) > runners:
+            raise InvalidOption(
+                f"{owner} was called inside a transaction.atomic() block of {self._task_name}; "
+                f"the block would roll back what the call stores as it parks the job. Call it "
+                f"outside the block (in an atomic=True task, the task's own transaction "
+                f"commits the body's writes so far with it)"
+            )
 
     def _check_name(self, name: Any) -> str:
         name = inbox.check_name("context.step", name)

@@ -240,3 +240,17 @@ def test_sleep_takes_a_number_of_seconds(seconds):
     with pytest.raises(InvalidOption, match=r"context\.sleep: seconds"):
         context.sleep(seconds)
     assert not Checkpoint.objects.exists()
+
+
+def test_a_sleep_inside_a_transaction_the_body_opened_is_refused(drain):
+    """The block would roll back the sleep's checkpoint with the snooze: the job would sleep
+    again each time it woke."""
+    job = durable_tasks.sleeps_inside_its_own_transaction.enqueue()
+
+    drain()
+
+    job = fresh(job)
+    assert job.status == Status.FAILED
+    assert job.errors[-1]["type"] == "django_workqueue.exceptions.InvalidOption"
+    assert "inside a transaction.atomic() block" in job.errors[-1]["message"]
+    assert not Checkpoint.objects.filter(job=job).exists()

@@ -81,6 +81,7 @@ def test_scheduled_says_until_when(live_worker):
     assert "scheduled to run at " in found.message and "(in 60 min)" in found.message
 
 
+@pytest.mark.django_db(transaction=True)  # the wait refuses to park inside a transaction
 def test_waiting_says_for_which_signal_since_when_and_until_when(live_worker):
     job = JobFactory(task_name=durable_tasks.waits_for_approval.name)
     driver = driver_for("default")

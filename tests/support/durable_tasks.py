@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.db import transaction
+
 from django_workqueue import task
 from django_workqueue.exceptions import SignalTimeout
 from testproject.testapp.models import Effect
@@ -119,3 +121,10 @@ def atomic_waits_then_fails_once(context: Any) -> Any:
     if context.attempt == 1:
         raise ConnectionError("failed after the wait")
     return payload
+
+
+@task(max_attempts=1)
+def sleeps_inside_its_own_transaction(context: Any) -> Any:
+    """A task without atomic=True that sleeps inside a transaction.atomic() it opened."""
+    with transaction.atomic():
+        context.sleep(60)
