@@ -8,21 +8,24 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .exceptions import InvalidProgress, JobCancelled, PayloadNotJSON
+from .exceptions import InvalidOption, InvalidProgress, JobCancelled, PayloadNotJSON
 from .flow.claims import claim
 from .payload import encode, storable_text
 from .registry import find_task
 
 if TYPE_CHECKING:
+    from .attempt.checkpoints import Checkpoints
     from .db import ClaimedJob, Driver, Progress
     from .workflow.canvas import Step
     from .workflow.store import Spawn
 
 
 logger = logging.getLogger("django_workqueue.worker")
+
+T = TypeVar("T")
 
 _event_lock = threading.Lock()
 
@@ -100,6 +103,7 @@ class JobContext:
         self.released = False  # handed back to ready by the worker's shutdown
         self.spawn: Spawn | None = None  # steps added at run time, written with a success
         self._dependencies: list[Prerequisite] | None = None
+        self._checkpoints: Checkpoints | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -227,6 +231,90 @@ class JobContext:
             self._driver, key, job_id=self.job.id, ttl=ttl,
             joins=bool(task is not None and task.spec.atomic),
         )  # fmt: skip
+
+    # --- durable steps and sleeps ------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` once per job and return its result: stored (as JSON) as
+        soon as ``fn`` returns, and returned from the store, without calling ``fn``, when the
+        body runs again (a retry, the end of a ``sleep``, a crash).
+
+        >>> @task
+        ... def fulfil(context, order_id):
+        ...     charge = context.step("charge", charge_card, order_id)
+        ...     context.sleep(24 * 3600)
+        ...     context.step("remind", send_reminder, order_id, charge["id"])
+
+        ``name`` (up to 200 characters) finds the checkpoint: unique within one run of the body
+        (``InvalidOption`` at the second use). A result that cannot be stored raises
+        ``PayloadNotJSON`` or ``PayloadTooLarge`` (``WORKQUEUE["MAX_RESULT_BYTES"]``) at the
+        call. Without ``atomic=True`` the checkpoint commits at once (a crash after ``fn``
+        returned and before it was stored runs ``fn`` again: at least once for what ``fn``
+        does outside the database); in an ``atomic=True`` task it joins the task's
+        transaction: a failed attempt rolls back the step's writes and its checkpoint, and the
+        retry runs it again. Sync tasks only. See ``docs/guides/long-running.md``.
+        """
+        return self._durable("context.step").step(name, fn, args, kwargs)
+
+    def sleep(self, seconds: float | timedelta) -> None:
+        """End this attempt, without charging it, and run the body again in ``seconds``: the
+        job waits ``scheduled`` (no worker slot, no lease), and the calls it already made
+        are answered from their checkpoints. When the body runs again this call returns (or
+        sleeps what is left, if the job was run early).
+
+        >>> context.step("invite", send_invite, user_id)
+        >>> context.sleep(timedelta(days=3))
+        >>> context.step("remind", send_reminder, user_id)
+
+        It raises ``Sleeping`` (a ``Snooze``): let it propagate. In an ``atomic=True`` task
+        the body's writes so far commit with its checkpoints.
+        """
+        from .attempt.checkpoints import after  # not at import: see ``set_progress``
+
+        self._durable("context.sleep").sleep_until(after("context.sleep", seconds))
+
+    def sleep_until(self, when: datetime) -> None:
+        """``sleep`` until ``when`` (an aware datetime, compared with the database's clock)."""
+        from .attempt.checkpoints import wake_time  # not at import: see ``set_progress``
+
+        owner = "context.sleep_until"
+        self._durable(owner).sleep_until(wake_time(owner, when))
+
+    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+        """Return the payload of the signal ``name`` sent to this job or to its workflow
+        (``operations.send_signal``): at once if one was sent already (kept signals are taken
+        oldest first), otherwise the attempt ends, uncharged, and the job waits ``waiting``
+        (no worker slot, no lease) until one arrives; its body then runs again, its finished
+        steps answered from their checkpoints, and this call returns the payload. After
+        ``timeout`` seconds without one it raises ``SignalTimeout`` here instead.
+
+        >>> try:
+        ...     decision = context.wait_for_signal("approve", timeout=timedelta(days=3))
+        ... except SignalTimeout:
+        ...     decision = {"approved": False}
+
+        Each wait takes one signal, once: the answer is stored with the job (in an
+        ``atomic=True`` task, in its transaction: a failed attempt gives the signal back to
+        the retry's wait). Sync tasks only. See ``docs/guides/long-running.md``.
+        """
+        return self._durable("context.wait_for_signal").wait_for_signal(name, timeout)
+
+    def _durable(self, owner: str) -> Checkpoints:
+        if self._checkpoints is None:
+            # Not at import: see ``set_progress``; the checkpoints import the models.
+            from .attempt.checkpoints import Checkpoints
+
+            task = find_task(self.job.task_name)
+            if task is not None and task.spec.is_async:
+                raise InvalidOption(
+                    f"{owner}: {self.job.task_name} is an async task; durable steps, sleeps and "
+                    f"waits are for sync tasks (they write to the database from the body's thread)"
+                )
+            self._checkpoints = Checkpoints(
+                self._driver, self.job.id, self.job.task_name, self.job.workflow_id,
+                atomic=bool(task is not None and task.spec.atomic),
+            )  # fmt: skip
+        return self._checkpoints
 
     # --- workflows ----------------------------------------------------------------------------
 

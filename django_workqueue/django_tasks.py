@@ -46,6 +46,8 @@ RESULT_STATUS = {
     Status.SCHEDULED: "READY",
     Status.READY: "READY",
     Status.HELD: "READY",
+    # Started, not finished: its body is parked on context.wait_for_signal.
+    Status.WAITING: "RUNNING",
     Status.RUNNING: "RUNNING",
     Status.SUCCEEDED: "SUCCESSFUL",
     Status.FAILED: "FAILED",

@@ -37,6 +37,28 @@ class Snooze(JobControl):
         self.delay = delay
 
 
+class Sleeping(Snooze):
+    """Raised by ``context.sleep`` / ``sleep_until`` to park the job until its time: a snooze
+    (the attempt is not charged) whose body runs again then, its finished steps answered from
+    their checkpoints. In an ``atomic=True`` task the body's writes so far commit with it.
+    Let it propagate: a body that catches it goes on instead of sleeping."""
+
+
+class WaitingForSignal(Sleeping):
+    """Raised by ``context.wait_for_signal`` to park the job ``waiting`` until the signal
+    arrives (or its timeout, ``delay`` seconds from now, if it has one): a sleep otherwise."""
+
+    def __init__(self, name: str, delay: float = 0) -> None:
+        super().__init__(delay=delay)
+        self.args = (f"waiting for the signal {name!r}",)
+        self.name = name
+
+
+class SignalTimeout(WorkqueueError, TimeoutError):
+    """Raised by ``context.wait_for_signal(name, timeout=...)`` when no signal arrived in
+    time. Caught, it is the wait's answer: the body goes on (a reminder, an escalation)."""
+
+
 class Discard(JobControl):
     """Fail the job now, straight to the dead-letter queue, whatever attempts remain.
 

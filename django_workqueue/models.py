@@ -203,6 +203,7 @@ class Job(models.Model):
             ("cancel_job", "Can cancel jobs"),
             ("retry_job", "Can retry and redrive jobs"),
             ("hold_job", "Can hold and release jobs"),
+            ("signal_job", "Can send signals to jobs and workflows"),
             ("purge_job", "Can purge finished jobs"),
             ("manage_queue", "Can pause and resume queues"),
             ("manage_schedule", "Can manage schedules"),
@@ -259,7 +260,9 @@ class Job(models.Model):
             models.Index(
                 fields=["queue", "task_name", "status", "run_after"],
                 name="wq_job_active",
-                condition=models.Q(status__in=["blocked", "scheduled", "ready", "held", "running"]),
+                condition=models.Q(
+                    status__in=["blocked", "scheduled", "ready", "held", "waiting", "running"]
+                ),
             ),
         ]
         constraints = [
@@ -269,7 +272,7 @@ class Job(models.Model):
                 fields=["task_name", "unique_key"],
                 name="wq_job_unique_active",
                 condition=models.Q(
-                    status__in=["blocked", "scheduled", "ready", "held", "running"],
+                    status__in=["blocked", "scheduled", "ready", "held", "waiting", "running"],
                     unique_key__isnull=False,
                 ),
             ),
@@ -339,6 +342,82 @@ class Dependency(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} waits for job {self.prerequisite_id}"
+
+
+class Checkpoint(models.Model):
+    """What a job's body finished, kept across its attempts (``context.step``, ``context.sleep``):
+    the body runs again after a retry, a sleep or a crash, and what is here answers the calls
+    it already made instead of running them again.
+
+    ``kind`` keeps a step's name apart from the body's sleeps, which are named by their order
+    in the body (the first sleep is ``"1"``); ``wakes_at`` is when a sleep ends. A wait
+    (``context.wait_for_signal``) is named by its order too: ``signal`` is the name it waits
+    for, ``wakes_at`` its timeout (or None), and ``result`` stays None while it waits, then
+    holds ``{"payload": ...}`` of the signal delivered to it, or ``{"timed_out": true}``.
+    """
+
+    class Kind(models.TextChoices):
+        STEP = "step", "Step"
+        SLEEP = "sleep", "Sleep"
+        WAIT = "wait", "Wait for a signal"
+
+    # The unique (job, kind, name) constraint's index serves lookups by job.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints",
+                            db_index=False)  # fmt: skip
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.STEP)
+    name = models.CharField(max_length=200)
+    result = models.JSONField(null=True, blank=True)
+    wakes_at = models.DateTimeField(null=True, blank=True)
+    signal = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "kind", "name"], name="wq_checkpoint_name")
+        ]
+        indexes = [
+            # The promoter's look-up of waits whose timeout passed: open waits only.
+            models.Index(
+                fields=["wakes_at"],
+                name="wq_checkpoint_wait_timeout",
+                condition=models.Q(kind="wait", result__isnull=True, wakes_at__isnull=False),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name!r} of job {self.job_id}"
+
+
+class Signal(models.Model):
+    """A signal sent to a job or to a workflow (``operations.send_signal``), kept until a wait
+    of that name takes it (``context.wait_for_signal``): in the order sent, each delivered to
+    one wait once (``delivered_at``, and the job it went to)."""
+
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="signals"
+    )
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="signals"
+    )
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    sent_at = models.DateTimeField(db_default=Now())
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    delivered_to = models.BigIntegerField(null=True, blank=True)
+    """The job whose wait took it (a workflow's signal goes to one of its jobs)."""
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(job__isnull=False) | models.Q(workflow__isnull=False),
+                name="wq_signal_has_target",
+            )
+        ]
+
+    def __str__(self) -> str:
+        target = f"job {self.job_id}" if self.job_id else f"workflow {self.workflow_id}"
+        return f"signal {self.name!r} to {target}"
 
 
 class Queue(models.Model):

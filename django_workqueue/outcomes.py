@@ -56,6 +56,9 @@ class Outcome:
     exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
     """The exception of a failure, where it was raised in this process: the worker's ERROR line
     carries it as ``exc_info`` for error trackers. Never stored or sent to another process."""
+    waits: bool = False
+    """A snooze that parks the job ``waiting`` for a signal (``context.wait_for_signal``)
+    instead of ``scheduled``: charged as a snooze is, woken by the signal or its timeout."""
     spawn: Any = dataclasses.field(default=None, repr=False, compare=False)
     """Steps the job added at run time (``context.add`` / ``continue_with``), written with a
     success in the same transaction, dropped with any other ending."""
@@ -75,6 +78,8 @@ class Outcome:
             return Status.FAILED
         if kind in (OutcomeKind.RELEASE, OutcomeKind.LEASE_EXPIRED):
             return Status.READY  # keeps its run_after: back in its place, not behind the backlog
+        if self.waits:
+            return Status.WAITING
         # Waiting for a later time is its own status, so that claims never walk past it.
         return Status.SCHEDULED if self.delay > 0 else Status.READY
 

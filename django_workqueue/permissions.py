@@ -27,6 +27,7 @@ VIEW_JOB_TRACEBACK = "view_job_traceback"
 CANCEL_JOB = "cancel_job"
 RETRY_JOB = "retry_job"
 HOLD_JOB = "hold_job"
+SIGNAL_JOB = "signal_job"
 PURGE_JOB = "purge_job"
 MANAGE_QUEUE = "manage_queue"
 MANAGE_SCHEDULE = "manage_schedule"
@@ -41,6 +42,7 @@ ACTIONS: dict[str, str] = {
     "redrive": RETRY_JOB,
     "hold": HOLD_JOB,
     "release": HOLD_JOB,
+    "signal": SIGNAL_JOB,
     "purge": PURGE_JOB,
     "pause": MANAGE_QUEUE,
     "resume": MANAGE_QUEUE,

@@ -15,6 +15,7 @@ class Status(models.TextChoices):
     SCHEDULED = "scheduled", "Scheduled"
     READY = "ready", "Ready"
     HELD = "held", "Held"
+    WAITING = "waiting", "Waiting"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
@@ -39,15 +40,27 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.READY: frozenset(
         {Status.RUNNING, Status.SCHEDULED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
     ),
+    # waiting: parked on context.wait_for_signal (no slot, no lease); -> ready once a signal
+    # it waits for arrives or its timeout passes (the body runs again and takes it); -> held
+    # by an operator (a signal meanwhile is kept for the run after the release).
+    Status.WAITING: frozenset({Status.READY, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
     # held: an operator's hold on a waiting job (operations.hold_job); release_job puts it
     # back where it belongs now: blocked (prerequisites open), scheduled or ready.
     Status.HELD: frozenset(
         {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.CANCELLED, *_EXTERNALLY}
     ),
     # running -> ready: reaped lease, graceful-shutdown release, retry or snooze without delay;
-    # running -> scheduled: retry or snooze with a delay.
+    # running -> scheduled: retry or snooze with a delay (a durable sleep);
+    # running -> waiting: context.wait_for_signal parked it.
     Status.RUNNING: frozenset(
-        {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.READY, Status.SCHEDULED}
+        {
+            Status.SUCCEEDED,
+            Status.FAILED,
+            Status.CANCELLED,
+            Status.READY,
+            Status.SCHEDULED,
+            Status.WAITING,
+        }
     ),
     Status.SUCCEEDED: frozenset(),
     # failed is the dead-letter queue; redrive moves a job back to ready (or to blocked, when
@@ -60,7 +73,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 TERMINAL: frozenset[Status] = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 ACTIVE: frozenset[Status] = frozenset(
-    {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.RUNNING}
+    {Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.WAITING, Status.RUNNING}
 )
 AWAITING_PREREQUISITES: frozenset[Status] = frozenset({Status.BLOCKED, Status.HELD})
 """The statuses of a dependent that may still be waiting on prerequisites: every writer that

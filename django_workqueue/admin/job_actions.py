@@ -8,6 +8,7 @@ Django's CSRF protection, like every admin action.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -158,3 +159,29 @@ BUTTONS: dict[str, tuple[Callable[..., None], str, str, tuple[str, ...]]] = {
 }
 """The job page's buttons: name → (admin action, permission action, label, the statuses it
 applies to)."""
+
+
+SIGNALLED = tuple(ACTIVE)
+"""The statuses of a job the page offers "send signal" for (a finished job refuses one)."""
+
+
+def send_signal(request: HttpRequest, job: Job) -> None:
+    """The job page's "send signal" form: the signal ``name`` with the JSON ``payload``
+    (``operations.send_signal``), audited with its name (the payload may be private)."""
+    permissions.require(request.user, "signal")
+    name = request.POST.get("name", "")
+    text = request.POST.get("payload", "").strip()
+    try:
+        payload = json.loads(text) if text else None
+    except ValueError as exc:
+        messages.error(request, f"signal not sent: the payload is not JSON ({exc})")
+        return
+    try:
+        result = operations.send_signal(job, name, payload, alias=job._state.db)
+    except EnqueueError as exc:  # a bad name, a payload too large
+        messages.error(request, f"signal not sent: {exc}")
+        return
+    target = {"ids": [job.pk], "signal": name}
+    audit.record(request.user, "signal", target, result.count, "admin", alias=job._state.db)
+    level = messages.SUCCESS if result.count else messages.WARNING
+    messages.add_message(request, level, result.message)

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 from .. import operations, permissions
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
-from ..models import Dependency, Job, WorkerProcess
+from ..models import Checkpoint, Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
 from . import live_progress
 from .disclosed import Disclosed
@@ -36,7 +36,7 @@ from .filters import (
     TaskFilter,
     WorkflowFilter,
 )
-from .job_actions import ACTIONS, BUTTONS
+from .job_actions import ACTIONS, BUTTONS, SIGNALLED, send_signal
 from .pagination import EstimatedCountPaginator
 
 _UNCLEARED = Clearance(payload=False, tracebacks=False)
@@ -180,10 +180,12 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         act = self.admin_site.admin_view(require_POST(self.act_view))
         progress = self.admin_site.admin_view(self.progress_view)
+        signal = self.admin_site.admin_view(require_POST(self.signal_view))
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
             path("<int:object_id>/act/<str:action>/", act, name=f"{prefix}_act"),
             path("<int:object_id>/progress/", progress, name=f"{prefix}_progress"),
+            path("<int:object_id>/signal/", signal, name=f"{prefix}_signal"),
             *super().get_urls(),
         ]
 
@@ -205,6 +207,14 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
         run(self, request, Job.objects.using(self._db()).filter(pk=job.pk))
         if action == "purge" and not Job.objects.using(self._db()).filter(pk=job.pk).exists():
             return HttpResponseRedirect(reverse("admin:django_workqueue_job_changelist"))
+        return HttpResponseRedirect(reverse("admin:django_workqueue_job_change", args=[job.pk]))
+
+    def signal_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """The job page's "send signal" form."""
+        if not permissions.allowed(request.user, "signal"):
+            raise PermissionDenied(permissions.permission("signal"))
+        job = get_object_or_404(Job.objects.using(self._db()), pk=object_id)
+        send_signal(request, job)
         return HttpResponseRedirect(reverse("admin:django_workqueue_job_change", args=[job.pk]))
 
     def _db(self) -> str:
@@ -262,4 +272,11 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "wq_dependents": list(dependents),
         "wq_buttons": buttons,
         "wq_explanation": operations.explain(job, clearance=clearance, alias=db),
+        "wq_signal": job.status in SIGNALLED and permissions.allowed(request.user, "signal"),
+        "wq_waits_for": (
+            Checkpoint.objects.using(db)
+            .filter(job=job, kind=Checkpoint.Kind.WAIT, result__isnull=True)
+            .values_list("signal", flat=True)
+            .last()
+        ),
     }

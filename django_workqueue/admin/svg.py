@@ -15,7 +15,8 @@ from ..workflow.layout import WorkflowGraph
 # white, whichever reads better (label_colour), at least 4.5:1 (WCAG AA) for every one.
 STATUS_COLOURS = {
     "blocked": "#adb5bd", "scheduled": "#9775fa", "ready": "#63e6be", "held": "#ffc107",
-    "running": "#0a58ca", "succeeded": "#146c43", "failed": "#b02a37", "cancelled": "#6c757d",
+    "waiting": "#e8590c", "running": "#0a58ca", "succeeded": "#146c43", "failed": "#b02a37",
+    "cancelled": "#6c757d",
 }  # fmt: skip
 UNKNOWN_COLOUR = "#999999"
 

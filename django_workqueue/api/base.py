@@ -18,13 +18,14 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from .. import audit
+from .. import audit, operations
 from ..conf import workqueue_settings as conf
 from ..exceptions import (
     EnqueueError,
@@ -38,6 +39,7 @@ from ..filter_values import object_id as checked_id
 from ..models import AuditSource
 from ..operations import OperationResult
 from .permissions import HasWorkqueuePermission
+from .serializers import SignalSerializer
 
 BODY_SLACK_BYTES = 64 * 1024
 """A request body may exceed ``WORKQUEUE["MAX_PAYLOAD_BYTES"]`` by this much (the options and
@@ -124,3 +126,21 @@ def audited(request: Request, action: str, target: Any, result: OperationResult)
     filter, batch by batch) and one record with the total serves the reader."""
     audit.record(request.user, action, target, result.count, AuditSource.API)
     return Response({"action": result.action, "count": result.count, "message": result.message})
+
+
+def signalled(request: Request, job_id: int = 0, workflow: Any = None) -> Response:
+    """Send the signal the request's body names (``SignalSerializer``) to the job ``job_id``
+    or to ``workflow``, audited (the payload is not kept in the trail: it may be private)."""
+    body = SignalSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    name, payload = body.validated_data["name"], body.validated_data.get("payload")
+    try:
+        if workflow is not None:
+            result = operations.send_signal(workflow, name, payload)
+            target: dict[str, Any] = {"workflow": workflow.pk, "signal": name}
+        else:
+            result = operations.send_signal(job_id, name, payload)
+            target = {"ids": [job_id], "signal": name}
+    except EnqueueError as exc:  # a bad name or payload
+        raise ValidationError({"detail": str(exc)}) from None
+    return audited(request, "signal", target, result)

@@ -137,6 +137,15 @@ class EnqueueSerializer(serializers.Serializer):
     max_attempts = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPTS, required=False)
 
 
+class SignalSerializer(serializers.Serializer):
+    """A signal for `context.wait_for_signal(name)`: its name and a JSON payload."""
+
+    name = serializers.CharField(max_length=200, help_text="The signal's name, e.g. `approve`.")
+    payload = serializers.JSONField(
+        required=False, allow_null=True, help_text="Any JSON value (default null)."
+    )
+
+
 class RedriveSerializer(serializers.Serializer):
     """Which failed jobs to move back to ready: a filter (or `all`), tried first with
     `dry_run`."""

@@ -40,6 +40,7 @@ from ..exceptions import (
     Retry,
     Snooze,
     TaskNotRegistered,
+    WaitingForSignal,
     WorkqueueError,
 )
 from ..outcomes import Outcome, OutcomeKind
@@ -159,8 +160,9 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
     if isinstance(exc, Retry):
         delay = retry.delay_for(task.spec.backoff, job.attempt) if exc.delay is None else exc.delay
         return _outcome(job, OutcomeKind.RETRY, error=_error(exc), delay=delay)
-    if isinstance(exc, Snooze):
-        return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay)
+    if isinstance(exc, Snooze):  # a durable wait is one too, parked waiting for its signal
+        waits = isinstance(exc, WaitingForSignal)
+        return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay, waits=waits)
     if isinstance(exc, Discard | ResultNotJSON):
         return _ended(job, task, exc, OutcomeKind.DISCARD)
     if context.timed_out and isinstance(exc, JobCancelled | TimeoutError):

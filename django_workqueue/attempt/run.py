@@ -7,10 +7,11 @@ Batch tasks run through ``batch.py``, which applies the same refusals and classi
 
 The caller writes the outcome (the worker batches them). ``atomic=True`` tasks are the
 exception: the body and the fenced write of its success share one transaction, so the body's
-writes commit if and only if this runner, still the lease owner, records the success. A row
-another session holds never fails that success: the write alone is tried again in a savepoint
-until the row is free (``db/locking.py``), and a transaction that cannot begin (SQLite: another
-writer past the busy timeout) gives the attempt back uncharged, the body never run.
+writes commit if and only if this runner, still the lease owner, records the success (or the
+durable sleep that parks the job: ``attempt/checkpoints.py``). A row another session holds
+never fails that ending: the write alone is tried again in a savepoint until the row is free
+(``db/locking.py``), and a transaction that cannot begin (SQLite: another writer past the busy
+timeout) gives the attempt back uncharged, the body never run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django.db import DatabaseError, transaction
 from .. import middleware, signalling, signals
 from ..context import JobContext
 from ..db import ClaimedJob, Driver, locking
+from ..exceptions import Sleeping
 from ..outcomes import Outcome
 from ..registry import find_task
 from ..workflow import release
@@ -142,12 +144,18 @@ def _run_atomic(
     try:
         with transaction.atomic(using=driver.alias):
             begun = True
-            value = _attempt(task, job, context, args, None)
-            outcome = ending.success(job, value)
+            try:
+                value = _attempt(task, job, context, args, None)
+            except Sleeping as sleeping:
+                # A durable sleep ends the attempt (uncharged, as a snooze) by committing the
+                # body's writes so far with their checkpoints: the next run goes on from there.
+                outcome = ending.classified(task, job, context, sleeping)
+            else:
+                outcome = ending.success(job, value)
+                outcome.spawn = context.spawn
             outcome.progress = context.progress  # the last report commits with the result
-            outcome.spawn = context.spawn
             context.finished = True
-            # The success, the steps the body added and the release of the job's dependents
+            # The ending, the steps the body added and the release of the job's dependents
             # commit with the body's writes, or none of them does. A row another session
             # holds (the job's, its workflow's, a dependent's) stops only the write, in its
             # savepoint: it is tried again, the body is not run again (db/locking.py).

@@ -26,6 +26,7 @@ SUBCOMMAND_ACTIONS = {
     "cancel": "cancel",
     "retry": "retry", "redrive": "redrive", "hold": "hold", "release": "release",
     "pause": "pause", "resume": "resume", "purge": "purge", "import-django-tasks-db": "enqueue",
+    "signal": "signal",
 }  # fmt: skip
 """The permission action each subcommand needs (``permissions.ACTIONS``)."""
 

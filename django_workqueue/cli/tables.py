@@ -24,7 +24,7 @@ from .reports import STATUSES
 
 _STATUS_STYLES = {
     "failed": "red", "cancelled": "yellow", "succeeded": "green", "running": "cyan",
-    "held": "magenta",
+    "held": "magenta", "waiting": "blue",
 }  # fmt: skip
 
 

@@ -272,7 +272,7 @@ class Timing:
 
 
 #: The unfinished statuses in the order of ``wq_job_active``'s condition (models.py).
-ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "running"]
+ACTIVE_STATUSES = ["blocked", "scheduled", "ready", "held", "waiting", "running"]
 
 AWAITING_SQL = ", ".join(f"'{status.value}'" for status in sorted(AWAITING_PREREQUISITES))
 """``states.AWAITING_PREREQUISITES`` as an SQL list: the rows ``count_down`` counts on."""

@@ -11,6 +11,7 @@ from .jobs import OperationResult, cancel_job, cancel_jobs, redrive, retry_job
 from .purge import purge_jobs
 from .queues import pause_queue, resume_queue
 from .schedules import run_schedule_now
+from .waits import send_signal
 from .workers import scale_worker, workers
 from .workflows import cancel_workflow, complete_job, fail_job
 
@@ -33,5 +34,6 @@ __all__ = [
     "retry_job",
     "run_schedule_now",
     "scale_worker",
+    "send_signal",
     "workers",
 ]

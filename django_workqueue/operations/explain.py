@@ -27,12 +27,12 @@ from django.utils import timezone
 
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
-from ..models import AuditRecord, Dependency, FlowLimit, Job, Queue, WorkerProcess
+from ..models import AuditRecord, Checkpoint, Dependency, FlowLimit, Job, Queue, WorkerProcess
 from ..registry import TaskSpec, find_task
 from ..states import AWAITING_PREREQUISITES, TERMINAL, Status
 from .workers import workers
 
-_WAITING = frozenset({Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD})
+_WAITING = frozenset({Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.WAITING})
 _NOT_REGISTERED = "django_workqueue.exceptions.TaskNotRegistered"
 _AUDIT_LOOKBACK = 500  # hold records searched for the one that held this job
 
@@ -221,6 +221,22 @@ def _limited(look: Look) -> dict[str, Any] | None:
     return facts
 
 
+def _signal(look: Look) -> dict[str, Any] | None:
+    wait = (
+        Checkpoint.objects.using(look.alias)
+        .filter(job_id=look.job.pk, kind=Checkpoint.Kind.WAIT, result__isnull=True)
+        .order_by("-pk")
+        .first()
+    )
+    if wait is None:
+        return None
+    return {
+        "signal": wait.signal, "since": _at(wait.created_at), "times_out_at": _at(wait.wakes_at),
+        "timeout": f"times out at {wait.wakes_at.isoformat()}" if wait.wakes_at
+        else "no timeout",
+    }  # fmt: skip
+
+
 def _no_worker(look: Look) -> dict[str, Any] | None:
     if look.serving(look.live_workers):
         return None
@@ -287,6 +303,8 @@ REASONS: tuple[Row, ...] = (
         "held by an operator, {who}; release it to let it run"),
     Row("scheduled", frozenset({Status.SCHEDULED}), _scheduled,
         "scheduled to run at {run_after} ({in})"),
+    Row("signal", frozenset({Status.WAITING}), _signal,
+        "waiting for signal '{signal}' since {since}, {timeout}"),
     # A held job still waits for its prerequisites (states.AWAITING_PREREQUISITES).
     Row("prerequisites", AWAITING_PREREQUISITES, _prerequisites,
         "blocked by {total} prerequisite(s) not finished: {list}"),

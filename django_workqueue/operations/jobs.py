@@ -33,7 +33,8 @@ T = TypeVar("T")
 class OperationResult:
     action: str
     """What was done: "cancelled", "cancel_requested", "redriven", "retried", "completed",
-    "failed", "held", "released", "paused", "resumed", "purged" or "unchanged"."""
+    "failed", "held", "released", "paused", "resumed", "purged", "signalled" or
+    "unchanged"."""
     count: int
     message: str
 
@@ -95,8 +96,9 @@ def _cancel_waiting(jobs: QuerySet[Job], job_id: int) -> bool:
     return True
 
 
-# A job that has not started yet: it may be cancelled, completed or failed from outside.
-WAITING = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD)
+# A job that is not running: it may be cancelled, completed or failed from outside (a job
+# waiting for a signal too: its body is not running either).
+WAITING = (Status.BLOCKED, Status.SCHEDULED, Status.READY, Status.HELD, Status.WAITING)
 
 
 def cancel_jobs(

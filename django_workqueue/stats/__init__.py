@@ -70,7 +70,8 @@ class Stats:
     queue: str
     task_name: str | None
     counts: Mapping[str, int]
-    """Unfinished jobs by status (blocked, scheduled, ready, held, running; 0 when none)."""
+    """Unfinished jobs by status (blocked, scheduled, ready, held, waiting, running; 0 when
+    none)."""
     backlog: int
     """Jobs ready and due: what workers would take now."""
     oldest_ready_age: float | None

@@ -24,6 +24,7 @@ from ..db import Driver, Ended, Outcome, Recorded
 from ..outcomes import OutcomeKind
 from ..states import Status
 from ..stats import counters as stats_counters
+from . import inbox
 from .effects import UNMET_TYPE, Effects, error_time, finish, reopen
 from .store import write_spawn
 
@@ -42,6 +43,11 @@ def record(
     do to workflows: children and continuations added at run time, dependents released."""
     with transaction.atomic(using=driver.alias):
         recorded = driver.record_many(owner, outcomes, skip_locked=skip_locked)
+        parked = [
+            o.job_id for o in outcomes if o.waits and (o.job_id, o.attempt) in recorded.written
+        ]
+        if parked:  # a signal sent while the body was deciding to wait: see inbox.py
+            inbox.wake_kept(driver.alias, parked)
         # Registered first: the jobs' own signals come before those of what they released.
         signalling.outcomes_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)

@@ -186,8 +186,7 @@ def standbys() -> list[str]:
         cursor.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
             " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s"
-            " AND l.objsubid = 2" + THIS_DATABASES_LOCKS
-            + " ORDER BY 1",
+            " AND l.objsubid = 2" + THIS_DATABASES_LOCKS + " ORDER BY 1",
             [STANDBY_CLASS],
         )
         return [name.removeprefix("workqueue:") for (name,) in cursor.fetchall()]

@@ -31,6 +31,7 @@ ALL_STATUSES = [
     (Status.SCHEDULED, "READY"),
     (Status.READY, "READY"),
     (Status.HELD, "READY"),
+    (Status.WAITING, "RUNNING"),
     (Status.RUNNING, "RUNNING"),
     (Status.SUCCEEDED, "SUCCESSFUL"),
     (Status.FAILED, "FAILED"),

@@ -12,12 +12,16 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_workqueue import audit, operations
+from django_workqueue.context import JobContext
+from django_workqueue.db import driver_for
 from django_workqueue.disclosure import Clearance
-from django_workqueue.models import AuditSource, FlowLimit, Job, WorkerProcess
+from django_workqueue.exceptions import WaitingForSignal
+from django_workqueue.models import AuditSource, Checkpoint, FlowLimit, Job, WorkerProcess
 from django_workqueue.operations.explain import REASONS
 from django_workqueue.states import Status
 from testproject.testapp.flow_tasks import one_per_customer, twenty_a_second
 from testproject.testapp.tasks import add
+from tests.support import durable_tasks
 from tests.support.api import API, basic
 from tests.support.factories import JobFactory
 from tests.support.flow import flow_tasks
@@ -56,7 +60,7 @@ def reason(job: Job, code: str, **options):
 def test_every_row_of_the_table_has_a_test_here():
     tested = {
         "finished", "running", "held", "scheduled", "prerequisites", "queue_paused", "limit",
-        "no_worker", "not_registered", "behind", "ready",
+        "no_worker", "not_registered", "behind", "ready", "signal",
     }  # fmt: skip
     assert {row.code for row in REASONS} == tested
 
@@ -75,6 +79,26 @@ def test_scheduled_says_until_when(live_worker):
     found = reason(job, "scheduled")
     assert found.details["run_after"] == Job.objects.get(pk=job.pk).run_after.isoformat()
     assert "scheduled to run at " in found.message and "(in 60 min)" in found.message
+
+
+@pytest.mark.django_db(transaction=True)  # the wait refuses to park inside a transaction
+def test_waiting_says_for_which_signal_since_when_and_until_when(live_worker):
+    job = JobFactory(task_name=durable_tasks.waits_for_approval.name)
+    driver = driver_for("default")
+    context = JobContext(driver.claim_job(job.pk, "w"), owner="w", driver=driver)
+    with pytest.raises(WaitingForSignal):
+        context.wait_for_signal("approve", timeout=3600)
+    Job.objects.filter(pk=job.pk).update(status=Status.WAITING, lease_owner=None)
+    wait = Checkpoint.objects.get(job=job, kind=Checkpoint.Kind.WAIT)
+
+    found = reason(Job.objects.get(pk=job.pk), "signal")
+
+    assert found.details["signal"] == "approve"
+    assert found.details["times_out_at"] == wait.wakes_at.isoformat()
+    assert found.message == (
+        f"waiting for signal 'approve' since {wait.created_at.isoformat()}, times out at "
+        f"{wait.wakes_at.isoformat()}"
+    )
 
 
 def test_held_names_who_held_it_from_the_audit_trail(live_worker):

@@ -26,8 +26,8 @@ from django_workqueue.context import JobContext
 from django_workqueue.db import ClaimedJob, Outcome, OutcomeKind, driver_for, locking
 from django_workqueue.exceptions import RowLocked
 from django_workqueue.maintenance import reaper
-from django_workqueue.models import Dependency, Job, Workflow
-from django_workqueue.operations import cancel_job
+from django_workqueue.models import Dependency, Job, Signal, Workflow
+from django_workqueue.operations import cancel_job, send_signal
 from django_workqueue.worker.completer import Completer
 from django_workqueue.workflow import release as release_module
 from testproject.testapp.models import Effect
@@ -387,6 +387,21 @@ def test_an_operation_on_a_held_row_gives_up_after_its_bound_and_says_why(
     assert fresh(job).status == "ready"  # nothing changed
     release.set()
     assert cancel_job(job).action == "cancelled"
+
+
+@pytest.mark.postgres_only  # row locks
+def test_a_signal_to_a_held_job_row_gives_up_after_the_operations_bound(
+    hold: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_signal is an operation like the others: it waits for a held row only so long."""
+    monkeypatch.setattr(locking, "OPERATION_LOCK_WAIT", 0.5)
+    job = JobFactory()
+    release = hold(Job, job.pk)
+    with pytest.raises(RowLocked, match=r"send_signal\(job \d+, 'approve'\).*held by another"):
+        send_signal(job, "approve", {"by": "alice"})
+    assert not Signal.objects.filter(job=job).exists()  # nothing kept
+    release.set()
+    assert send_signal(job, "approve", {"by": "alice"}).action == "signalled"
 
 
 @sqlite_only  # the held write lock

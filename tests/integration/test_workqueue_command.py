@@ -86,8 +86,8 @@ def test_status_json_has_the_counts_the_paused_queues_and_the_workers(scene):
     data = json.loads(out)
     assert code == 0
     assert data["totals"] == {
-        "blocked": 0, "scheduled": 1, "ready": 1, "held": 1, "running": 0, "succeeded": 2,
-        "failed": 1, "cancelled": 0,
+        "blocked": 0, "scheduled": 1, "ready": 1, "held": 1, "waiting": 0, "running": 0,
+        "succeeded": 2, "failed": 1, "cancelled": 0,
     }  # fmt: skip
     assert [q["name"] for q in data["queues"] if q["paused"]] == ["reports"]
     assert data["queues"][0]["counts"]["succeeded"] == 2

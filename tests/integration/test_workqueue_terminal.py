@@ -108,7 +108,17 @@ def test_status_shows_every_count_of_every_queue(env, columns):
 
     headers = [line.split() for line in lines if line.startswith("queue ")]
     assert sorted(name for header in headers for name in header[1:]) == sorted(
-        ["blocked", "scheduled", "ready", "held", "running", "succeeded", "failed", "cancelled"]
+        [
+            "blocked",
+            "scheduled",
+            "ready",
+            "held",
+            "waiting",
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+        ]
     )
     assert len(headers) == (2 if columns == 80 else 1)  # split in two where it does not fit
     assert any(line.startswith("reports (paused)") for line in lines)

@@ -26,7 +26,7 @@ from ...exceptions import EnqueueError
 from ...models import AuditSource, Job
 from ...registry import find_task
 from ...states import Status
-from ..base import WorkqueueView, audited, documented, object_id
+from ..base import WorkqueueView, audited, documented, object_id, signalled
 from ..filters import JobFilters, from_query
 from ..pagination import NewestFirst
 from ..serializers import (
@@ -37,6 +37,7 @@ from ..serializers import (
     OperationResultSerializer,
     RedrivePreviewSerializer,
     RedriveSerializer,
+    SignalSerializer,
 )
 
 PREVIEW_IDS = 100
@@ -105,7 +106,7 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
     workqueue_actions = {
         "list": "view", "retrieve": "view", "create": "enqueue", "cancel": "cancel",
         "retry": "retry", "hold": "hold", "release": "release", "redrive": "redrive",
-        "explain": "view",
+        "explain": "view", "signal": "signal",
     }  # fmt: skip
 
     def get_queryset(self) -> Any:
@@ -248,6 +249,18 @@ class JobViewSet(WorkqueueView, viewsets.GenericViewSet):
     def release(self, request: Request, pk: str) -> Response:
         job_id = object_id(pk, "job")
         return audited(request, "release", {"ids": [job_id]}, operations.release_job(job_id))
+
+    @documented(
+        summary="Send a signal to a job",
+        description="Sends the signal `name` with a JSON `payload` to the job: a "
+        "`context.wait_for_signal(name)` takes it (a waiting job is woken; otherwise it is "
+        "kept for the next wait). A finished job refuses it (`unchanged`). "
+        "Permission: `django_workqueue.signal_job`.",
+        parameters=[_ID], request=SignalSerializer, responses=_ACTED,
+    )  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def signal(self, request: Request, pk: str) -> Response:
+        return signalled(request, object_id(pk, "job"))
 
     @documented(
         summary="Redrive failed jobs",

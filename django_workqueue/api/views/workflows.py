@@ -1,5 +1,5 @@
-"""``workflows/``: the list, one workflow with its graph (``workflow.layout``), and cancelling
-one."""
+"""``workflows/``: the list, one workflow with its graph (``workflow.layout``), cancelling one
+and sending it a signal."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from ...conf import workqueue_settings as conf
 from ...disclosure import Clearance
 from ...models import Workflow
 from ...workflow.layout import workflow_graph
-from ..base import WorkqueueView, audited, documented, object_id
+from ..base import WorkqueueView, audited, documented, object_id, signalled
 from ..filters import refuse_unknown
 from ..pagination import NewestFirst
 from ..serializers import (
     OperationResultSerializer,
+    SignalSerializer,
     WorkflowSerializer,
     WorkflowSummarySerializer,
 )
@@ -33,7 +34,9 @@ _NOT_FOUND = OpenApiResponse(description="There is no such workflow.")
 
 class WorkflowViewSet(WorkqueueView, viewsets.GenericViewSet):
     pagination_class = NewestFirst
-    workqueue_actions = {"list": "view", "retrieve": "view", "cancel": "cancel"}
+    workqueue_actions = {
+        "list": "view", "retrieve": "view", "cancel": "cancel", "signal": "signal",
+    }  # fmt: skip
 
     def get_queryset(self) -> Any:
         return Workflow.objects.using(conf.DATABASE)
@@ -79,3 +82,19 @@ class WorkflowViewSet(WorkqueueView, viewsets.GenericViewSet):
         workflow_id = object_id(pk, "workflow")
         result = operations.cancel_workflow(workflow_id)
         return audited(request, "cancel_workflow", {"workflow": workflow_id}, result)
+
+    @documented(
+        summary="Send a signal to a workflow",
+        description="Sends the signal `name` with a JSON `payload` to the workflow: a "
+        "`context.wait_for_signal(name)` of any of its jobs takes it (one wait, once). A "
+        "finished workflow refuses it (`unchanged`). "
+        "Permission: `django_workqueue.signal_job`.",
+        parameters=[_ID], request=SignalSerializer,
+        responses={200: OperationResultSerializer, 404: _NOT_FOUND},
+    )  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def signal(self, request: Request, pk: str) -> Response:
+        workflow = self.get_queryset().filter(pk=object_id(pk, "workflow")).first()
+        if workflow is None:
+            raise NotFound(f"there is no workflow {pk}")
+        return signalled(request, workflow=workflow)

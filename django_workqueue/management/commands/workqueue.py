@@ -32,7 +32,7 @@ from ...cli.selection import (
 )
 from ...conf import workqueue_settings as conf
 from ...disclosure import ErrorTextHidden
-from ...exceptions import UnknownQueue
+from ...exceptions import EnqueueError, UnknownQueue
 from ...models import AuditSource, Job
 from ...operations.purge import purgeable
 from ...registry import MAX_ATTEMPTS
@@ -49,6 +49,13 @@ _JOB_ACTIONS = {
 }
 
 
+def json_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not JSON ({exc})") from None
+
+
 def positive_int(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= MAX_ATTEMPTS:
         raise argparse.ArgumentTypeError(
@@ -60,7 +67,7 @@ def positive_int(value: str) -> int:
 class Command(BaseCommand):
     help = (
         "Inspect and operate the job queue: status, jobs, show, explain, cancel, retry, redrive, "
-        "hold, release, pause, resume, purge, workers, import-django-tasks-db."
+        "hold, release, signal, pause, resume, purge, workers, import-django-tasks-db."
     )
     requires_system_checks: list[str] = []  # an operator's tool must work on a broken config
 
@@ -136,6 +143,13 @@ class Command(BaseCommand):
             "--status", action="append", default=[], type=status, metavar="STATUS",
             help="Only jobs that ended so (succeeded, failed, cancelled; repeat).",
         )  # fmt: skip
+        signal = sub("signal", "Send a signal to a job: a context.wait_for_signal(NAME) takes it.")
+        signal.add_argument("id", type=job_id)
+        signal.add_argument("name", metavar="NAME", help="The signal's name (approve).")
+        signal.add_argument(
+            "--payload", type=json_value, default=None, metavar="JSON",
+            help='Its payload, a JSON value (\'{"by": "alice"}\'); default null.',
+        )  # fmt: skip
         wide(sub("workers", "The live workers."))
         moving = sub(
             "import-django-tasks-db", "Move django-tasks-db's queued rows (DBTaskResult, READY) "
@@ -187,6 +201,8 @@ class Command(BaseCommand):
                 queues = list(dict.fromkeys(options["queues"]))
                 self._audit(alias, subcommand, {"queues": queues}, report.changed)
             return self._report(report)
+        if subcommand == "signal":
+            return self._signal(alias, options)
         if subcommand == "import-django-tasks-db":
             return self._import_tasks_db(alias, options)
         if subcommand == "purge":
@@ -217,6 +233,23 @@ class Command(BaseCommand):
             target = actions.audit_target(ids, filters, everything=options["all"])
             self._audit(alias, name, target, report.changed)
         self._report(report)
+
+    def _signal(self, alias: str, options: dict[str, Any]) -> None:
+        pk, name = options["id"], options["name"]
+        try:
+            result = operations.send_signal(pk, name, options["payload"], alias=alias)
+        except Job.DoesNotExist:
+            raise CommandError(f"there is no job {pk}", returncode=ERROR) from None
+        except EnqueueError as exc:  # a bad name, a payload too large
+            raise CommandError(f"signal: {exc}", returncode=ERROR) from exc
+        self._audit(alias, "signal", {"ids": [pk], "signal": name}, result.count)
+        if self.json:
+            report = {"action": result.action, "count": result.count, "message": result.message}
+            tables.dump(self.stdout, report)
+        else:
+            self.stdout.write(result.message)
+        if not result.count:
+            raise CommandError("signal: nothing to change", returncode=NOTHING_CHANGED)
 
     def _purge(self, alias: str, options: dict[str, Any]) -> None:
         if options["ids"]:
