@@ -107,22 +107,34 @@ def attempt_number(status: str, attempts_charged: int) -> int:
 
 
 def describe(
-    *, status: str, attempts_charged: int, max_attempts: int, redriven_attempts: int = 0
+    *,
+    status: str,
+    attempts_charged: int,
+    max_attempts: int,
+    redriven_attempts: int = 0,
+    short: bool = False,
 ) -> str:
-    """The attempt as an operator reads it everywhere (admin, API, CLI, explain).
+    """The attempt as an operator reads it everywhere (admin, API, CLI, explain); ``short``
+    for a table's column.
 
     >>> describe(status="running", attempts_charged=0, max_attempts=5, redriven_attempts=3)
     'attempt 1 of 5 (3 before the redrive)'
+    >>> describe(status="ready", attempts_charged=1, max_attempts=5, short=True)
+    '2/5'
     """
-    text = f"attempt {attempt_number(status, attempts_charged)} of {max_attempts}"
+    number = attempt_number(status, attempts_charged)
+    if short:
+        before = f" (+{redriven_attempts})" if redriven_attempts else ""
+        return f"{number}/{max_attempts}{before}"
+    text = f"attempt {number} of {max_attempts}"
     if redriven_attempts:
         text += f" ({redriven_attempts} before the redrive)"
     return text
 
 
-def describe_job(job: Any) -> str:
+def describe_job(job: Any, *, short: bool = False) -> str:
     """``describe`` for a ``Job`` (or any object with its fields)."""
     return describe(
         status=job.status, attempts_charged=job.attempts_charged, max_attempts=job.max_attempts,
-        redriven_attempts=job.redriven_attempts,
+        redriven_attempts=job.redriven_attempts, short=short,
     )  # fmt: skip

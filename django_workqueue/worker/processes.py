@@ -19,9 +19,10 @@ runs a job, its slot thread:
 
 Either way the slot gets a fresh child and the job is retried under its own policy, so a poison
 pill ends in the dead-letter queue after ``max_attempts``. A child that dies while it waits for
-work is replaced before the next job is handed to it, and costs that job nothing. After a job, a child that has run
-``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child`` resident is replaced;
-the replacement starts at once, so its start-up overlaps the wait for the next job.
+work is replaced before the next job is handed to it, and costs that job nothing. After a job, a
+child that has run ``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child``
+resident is replaced; the replacement starts at once, so its start-up overlaps the wait for the
+next job.
 
 Children are fresh interpreters (``python -m django_workqueue.worker.spawned``), not forks of a
 worker that already runs threads and holds database connections: they import the project from
