@@ -182,7 +182,7 @@ class RedriveSerializer(serializers.Serializer):
     )
     attempts = serializers.IntegerField(
         min_value=1, max_value=MAX_ATTEMPTS, required=False,
-        help_text="The fresh attempt budget; by default each task's max_attempts.",
+        help_text="The fresh attempt budget, which becomes max_attempts; by default each job keeps its own.",
     )  # fmt: skip
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
