@@ -182,7 +182,10 @@ class RedriveSerializer(serializers.Serializer):
     )
     attempts = serializers.IntegerField(
         min_value=1, max_value=MAX_ATTEMPTS, required=False,
-        help_text="The fresh attempt budget, which becomes max_attempts; by default each job keeps its own.",
+        help_text=(
+            "The fresh attempt budget, which becomes max_attempts; by default each job keeps "
+            "its own."
+        ),
     )  # fmt: skip
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,9 @@ invented; each job's status change since the previous step is an edge of
 and an expiry; ready and running jobs are due (``run_after`` not after the database's clock);
 each budget within its size (``attempts_charged <= max_attempts``, ``crashes_charged <=`` the
 crash budget; ``attempt`` counts claims and may pass both); at most one active job per (task,
-unique key); status, attempt, both budgets and what was spent before a redrive, owner, cancel request, error count, ``run_after`` and ``deadline`` per job and the
-counts per status equal the model's; ``Effect`` rows (written inside ``atomic=True`` bodies)
+unique key); status, attempt, both budgets and what was spent before a redrive, owner, cancel
+request, error count, ``run_after`` and ``deadline`` per job and the counts per status equal
+the model's; ``Effect`` rows (written inside ``atomic=True`` bodies)
 exist exactly for the succeeded attempts of atomic jobs. Fencing is checked where it happens:
 an outcome (alone or in a batch), a progress report or a renewal is written, and reported
 written, if and only if the model says the writer still holds that attempt's lease, and a
