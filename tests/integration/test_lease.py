@@ -122,7 +122,9 @@ def test_the_reaper_announces_jobs_it_puts_back_in_ready():
     with listening() as listener:
         JobFactory(expired=True, queue="mail")
         JobFactory(expired=True, queue="mail")
-        JobFactory(expired=True, queue="reports", attempt=3, max_attempts=3)  # spent: failed
+        JobFactory(  # its crash budget spent: failed
+            expired=True, queue="reports", attempt=3, max_attempts=3, crashes_charged=2
+        )
         assert reaper.run_once() == 3
         queues = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
         queues += [n.payload for n in listener.notifies(timeout=0.5)]
