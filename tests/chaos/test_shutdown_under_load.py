@@ -23,8 +23,8 @@ grace 5 s, 20 rounds). For every SIGTERMed worker:
 
 And over the whole run: every job succeeded with 0 errors (no lease ever expired, the grace
 renewing them), attempt == 1 + its releases, max_attempts == 20 and attempts_charged == 1 (a
-release spends nothing); the only re-run attempts are released ones; exactly one ``Effect`` per atomic
-job, by its final attempt (a released atomic body rolls back); every invariant of
+release spends nothing); the only re-run attempts are released ones; exactly one ``Effect`` per
+atomic job, by its final attempt (a released atomic body rolls back); every invariant of
 ``check_invariants``; the fresh worker exits 0; no worker exits on its own.
 """
 

@@ -169,9 +169,7 @@ def test_the_reaper_counts_expired_leases_as_retried_or_failed() -> None:
     from django_workqueue.maintenance.reaper import Reaper
 
     JobFactory(task_name="t", expired=True, lease_owner="worker-a")
-    JobFactory(
-        task_name="t", expired=True, lease_owner="worker-b", attempt=3, crashes_charged=2
-    )
+    JobFactory(task_name="t", expired=True, lease_owner="worker-b", attempt=3, crashes_charged=2)
 
     assert Reaper("default", interval=1.0).run_once() == 2
 
