@@ -172,9 +172,17 @@ def test_the_session_watch_returns_when_the_session_ends_or_when_interrupted():
     watch.close()
 
 
+# Advisory locks are listed for the whole server, where other test databases' workers hold and
+# wait for locks of their own: count this database's only.
+THIS_DATABASE = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
 def sessions_waiting() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        cursor.execute(
+            f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            f" AND {THIS_DATABASE}"
+        )
         return cursor.fetchone()[0]
 
 
@@ -241,7 +249,7 @@ def standby_keys_held() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = %s AND objsubid = 2",
+            f" AND classid = %s AND objsubid = 2 AND {THIS_DATABASE}",
             [STANDBY_CLASS],
         )
         return cursor.fetchone()[0]

@@ -201,7 +201,7 @@ def test_a_reaper_and_a_worker_take_workflow_and_counter_locks_in_one_order():
         lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
     )  # fmt: skip
     Job.objects.filter(pk=dead.pk).update(
-        status="running", attempt=3, max_attempts=3, lease_owner="gone", started_at=then,
+        status="running", attempt=3, crashes_charged=2, lease_owner="gone", started_at=then,
         run_after=then, lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
     )  # fmt: skip
     worker_in, reaper_in = threading.Event(), threading.Event()
