@@ -54,6 +54,10 @@ TASK_OPTIONS = (
 # Options that take a function: a dotted path to one is imported.
 _CALLABLE_OPTIONS = ("backoff", "on_failure", "limit_key", "fair_key")
 BACKEND_OPTIONS = ("ON_COMMIT", "TASK_DEFAULTS", "TASK_OPTIONS")
+# django.tasks has no retries, and code written for it assumes one run: one body attempt unless
+# TASK_DEFAULTS, TASK_OPTIONS or the task says otherwise. A worker's crash spends the crash
+# budget, not this one (budgets.py), so a crash still does not fail the job.
+DJANGO_TASK_DEFAULTS: dict[str, Any] = {"max_attempts": 1}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,11 +153,13 @@ class WorkqueueBackend(BaseTaskBackend):
 
     def task_options(self, task: Task) -> dict[str, Any]:
         """Our options for ``task``: its own fields (Django 6.1's ``@task(...)``) over
-        ``TASK_OPTIONS[path]`` over ``TASK_DEFAULTS``."""
+        ``TASK_OPTIONS[path]`` over ``TASK_DEFAULTS`` over ``DJANGO_TASK_DEFAULTS`` (one body
+        attempt)."""
         problems = self.option_problems()
         if problems:
             raise InvalidTask("; ".join(problems))
         options: dict[str, Any] = {
+            **DJANGO_TASK_DEFAULTS,
             **self.options.get("TASK_DEFAULTS", {}),
             **self.options.get("TASK_OPTIONS", {}).get(task.module_path, {}),
         }

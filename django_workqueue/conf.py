@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_QUEUE": "default",
     "DEFAULT_PRIORITY": 0,
     "DEFAULT_MAX_ATTEMPTS": 3,
+    # The crash budget: how many crashes (a worker seen gone, a lease that ran out) a job
+    # survives, or its own max_attempts where that is larger (budgets.py).
+    "MAX_CRASHES": 3,
     "DEFAULT_LEASE_SECONDS": 60,
     # Upper bound on JSON-encoded args + kwargs of one job, in bytes.
     "MAX_PAYLOAD_BYTES": 256 * 1024,

@@ -133,7 +133,20 @@ class Job(models.Model):
     attempt = models.PositiveIntegerField(
         default=0, help_text="How many times the job was claimed; each claim is a new attempt."
     )
-    max_attempts = models.PositiveIntegerField(default=3)
+    max_attempts = models.PositiveIntegerField(
+        default=3, help_text="The body's attempt budget (the task's); never rewritten by an ending."
+    )
+    # The budgets (budgets.py): what the body and crashes spent since the last redrive, and the
+    # body's attempts before it, for display. A claim (attempt) spends nothing by itself.
+    attempts_charged = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Body attempts charged against max_attempts."
+    )
+    crashes_charged = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Crashes charged against the crash budget."
+    )
+    redriven_attempts = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Body attempts charged before the redrives."
+    )
     lease_seconds = models.PositiveIntegerField(default=60)
     run_after = models.DateTimeField(db_default=Now())
     # NULL, not "", so the column means "no owner" and is never matched by a fence.

@@ -2,9 +2,9 @@
 
 Every ending of an attempt (a success, a failure to retry, a discard, a cancellation, a snooze, a
 release at shutdown, a lease the reaper found expired) is an ``Outcome``. What it means — the
-status it writes, whether the attempt counts against ``max_attempts``, when the job may run
-again — is decided here and nowhere else; the drivers store the decision (``Outcome.row()``)
-with one fenced statement and do not decide again.
+status it writes, which budget it spends (``budgets.py`` says which, and when one is spent),
+when the job may run again — is decided here and nowhere else; the drivers store the decision
+(``Outcome.row()``) with one fenced statement and do not decide again.
 
 One fact only the row knows at write time: whether cancellation was requested meanwhile (an
 operator may ask after the worker's last heartbeat). So an outcome decides both answers, the
@@ -19,6 +19,7 @@ import enum
 import json
 from typing import Any
 
+from . import budgets
 from .states import TERMINAL, Status, transition
 
 
@@ -27,9 +28,9 @@ class OutcomeKind(enum.StrEnum):
     RETRY = "retry"  # again after a delay, or failed once the attempts are spent
     DISCARD = "discard"  # failed now, whatever attempts remain
     CANCELLED = "cancelled"
-    SNOOZE = "snooze"  # again after a delay; the attempt is not charged
-    RELEASE = "release"  # graceful shutdown: ready again at once, in its place; not charged
-    LEASE_EXPIRED = "lease_expired"  # the reaper: the worker stopped renewing; charged
+    SNOOZE = "snooze"  # again after a delay; spends nothing
+    RELEASE = "release"  # graceful shutdown: ready again at once, in its place; spends nothing
+    LEASE_EXPIRED = "lease_expired"  # the reaper: the worker is gone or stopped renewing; a crash
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -38,12 +39,16 @@ class Outcome:
 
     ``delay`` is the wait before the next attempt (retry, snooze). ``progress`` is the job's last
     progress report, written in the same statement so that it always lands with the outcome.
+    ``attempts_charged`` and ``crashes_charged`` are the job's budgets as the claim (or the
+    reaper) read them, before this ending.
     """
 
     job_id: int
     attempt: int
     kind: OutcomeKind
     max_attempts: int
+    attempts_charged: int = 0
+    crashes_charged: int = 0
     result_json: str | None = None
     error: dict[str, Any] | None = None
     delay: float = 0.0
@@ -89,14 +94,23 @@ class Outcome:
         return Status.SUCCEEDED if self.kind == OutcomeKind.SUCCEEDED else Status.CANCELLED
 
     @property
-    def spent(self) -> bool:
-        return self.attempt >= self.max_attempts
+    def charge(self) -> budgets.Charge:
+        """The budget this ending spends."""
+        return budgets.charge_of(self.kind)
 
     @property
-    def charges_attempt(self) -> bool:
-        """Whether the attempt counts against ``max_attempts`` (the claim counted it; an
-        uncharged ending gives it back by raising the budget by one)."""
-        return self.kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE)
+    def spent(self) -> bool:
+        """Whether this ending spends the last of its budget."""
+        return budgets.spent(
+            self.charge, max_attempts=self.max_attempts, attempts_charged=self.attempts_charged,
+            crashes_charged=self.crashes_charged,
+        )  # fmt: skip
+
+    @property
+    def body_attempt(self) -> int:
+        """The body's attempt this ending is of, counted within the budget (shown as
+        "attempt 2/5")."""
+        return self.attempts_charged + 1
 
     @property
     def keeps_run_after(self) -> bool:
@@ -109,7 +123,7 @@ class Outcome:
         Keys left out arrive as NULL, keeping batches of successes small: ``status`` and
         ``cancel_status`` are the two decided statuses, ``finished`` / ``cancel_finished``
         whether each ends the job, ``delay`` (if present) the seconds from the database's clock
-        to the new ``run_after``, ``extra_attempts`` what is added to ``max_attempts``.
+        to the new ``run_after``, ``charge_attempt`` / ``charge_crash`` the budget it spends.
         """
         (status,) = transition(Status.RUNNING, self.status)
         (cancel_status,) = transition(Status.RUNNING, self.status_if_cancel_requested)
@@ -129,8 +143,7 @@ class Outcome:
             row["etraceback"] = self.error.get("traceback")
         if status in (Status.READY, Status.SCHEDULED) and not self.keeps_run_after:
             row["delay"] = float(self.delay)
-        if not self.charges_attempt:
-            row["extra_attempts"] = 1
+        row.update(budgets.charged_columns(self.charge))
         if self.progress is not None:
             row["has_progress"] = True
             row["pcurrent"], row["ptotal"], row["pmessage"], details = self.progress

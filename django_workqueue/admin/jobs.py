@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from .. import operations, permissions
+from .. import budgets, operations, permissions
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import Checkpoint, Dependency, Job, WorkerProcess
@@ -99,7 +99,7 @@ class ReadOnly(CheckedQueryValues, Disclosed):
 @admin.register(Job)
 class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     list_display = [
-        "id", "task_name", "queue", "status", "priority", "attempt", "enqueued_at",
+        "id", "task_name", "queue", "status", "priority", "attempt_short", "enqueued_at",
         "finished_at", "workflow_link",
     ]  # fmt: skip
     list_filter = [
@@ -117,7 +117,8 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     change_list_template = "admin/django_workqueue/job/change_list.html"
     fieldsets = [
         (None, {"fields": [
-            "id", "task_name", "queue", "status", "priority", ("attempt", "max_attempts"),
+            "id", "task_name", "queue", "status", "priority", "attempt_summary",
+            ("attempt", "crashes_charged"),
             "run_after", "deadline", "unique_key", "workflow_link", "run_condition",
             "waiting_on", "flow_key",
         ]}),
@@ -128,11 +129,19 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     ]  # fmt: skip
     readonly_fields = [
         "id", "task_name", "queue", "status", "priority", "attempt", "max_attempts",
-        "run_after", "deadline", "unique_key", "workflow_link", "run_condition", "waiting_on",
-        "flow_key", "lease_owner", "worker", "lease_seconds", "lease_expires_at",
-        "cancel_requested_at", "enqueued_at", "started_at", "finished_at", "unique_key_shown",
-        "flow_key_shown",
+        "attempt_summary", "attempt_short", "crashes_charged", "run_after", "deadline",
+        "unique_key", "workflow_link", "run_condition", "waiting_on", "flow_key", "lease_owner",
+        "worker", "lease_seconds", "lease_expires_at", "cancel_requested_at", "enqueued_at",
+        "started_at", "finished_at", "unique_key_shown", "flow_key_shown",
     ]  # fmt: skip
+
+    @admin.display(description="attempt")
+    def attempt_summary(self, job: Job) -> str:
+        return budgets.describe_job(job)
+
+    @admin.display(description="attempt")
+    def attempt_short(self, job: Job) -> str:
+        return budgets.describe_job(job, short=True)
 
     @admin.display(description="workflow", ordering="workflow_id")
     def workflow_link(self, job: Job) -> str:

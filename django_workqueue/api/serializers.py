@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .. import budgets
 from ..disclosure import Clearance
 from ..filter_values import MAX_ID
 from ..models import Job, Schedule, Workflow
@@ -49,8 +50,20 @@ class JobSummarySerializer(serializers.Serializer):
     queue = serializers.CharField()
     priority = serializers.IntegerField()
     status = serializers.ChoiceField(choices=Status.choices)
-    attempt = serializers.IntegerField()
-    max_attempts = serializers.IntegerField()
+    attempt = serializers.IntegerField(help_text="Claims so far (each claim fences a worker).")
+    max_attempts = serializers.IntegerField(help_text="The body's attempt budget (the task's).")
+    attempts_charged = serializers.IntegerField(
+        help_text="Body attempts charged against max_attempts since the last redrive."
+    )
+    crashes_charged = serializers.IntegerField(
+        help_text="Crashes charged against the crash budget since the last redrive."
+    )
+    redriven_attempts = serializers.IntegerField(
+        help_text="Body attempts charged before the redrives."
+    )
+    attempt_summary = serializers.CharField(
+        help_text='The attempt as operators read it: "attempt 1 of 5 (3 before the redrive)".'
+    )
     run_after = serializers.DateTimeField()
     enqueued_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
@@ -63,13 +76,15 @@ class JobSummarySerializer(serializers.Serializer):
 
     attributes: tuple[str, ...] = (
         "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts",
-        "run_after", "enqueued_at", "started_at", "finished_at",
+        "attempts_charged", "crashes_charged", "redriven_attempts", "run_after", "enqueued_at",
+        "started_at", "finished_at",
     )  # fmt: skip
     """The fields read from the job as they are."""
 
     def row(self, job: Job, clearance: Clearance) -> dict[str, Any]:
         row = {name: getattr(job, name) for name in self.attributes}
         row["workflow_id"] = job.workflow_id
+        row["attempt_summary"] = budgets.describe_job(job)
         row["progress"] = {
             "current": job.progress_current, "total": job.progress_total,
             "message": clearance.shown(Job, "progress_message", job.progress_message),
@@ -176,7 +191,10 @@ class RedriveSerializer(serializers.Serializer):
     )
     attempts = serializers.IntegerField(
         min_value=1, max_value=MAX_ATTEMPTS, required=False,
-        help_text="The fresh attempt budget; by default each task's max_attempts.",
+        help_text=(
+            "The fresh attempt budget, which becomes max_attempts; by default each job keeps "
+            "its own."
+        ),
     )  # fmt: skip
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

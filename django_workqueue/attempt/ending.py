@@ -202,7 +202,7 @@ def _ended(
     otherwise."""
     delay = 0.0
     if kind == OutcomeKind.RETRY:
-        delay = retry.delay_for(task.spec.backoff if task else None, job.attempt)
+        delay = retry.delay_for(task.spec.backoff if task else None, job.attempts_charged + 1)
     return _outcome(job, kind, error=_error(exc), delay=delay)
 
 
@@ -215,7 +215,7 @@ def released(job: ClaimedJob) -> Outcome:
 def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
     return Outcome(
         job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
-        task_name=job.task_name, queue=job.queue, **fields,
+        attempts_charged=job.attempts_charged, task_name=job.task_name, queue=job.queue, **fields,
     )  # fmt: skip
 
 
@@ -321,12 +321,12 @@ def _log_ending(outcome: Outcome, name: str, level: int, with_traceback: bool) -
             )  # fmt: skip
     elif name == "retried":
         fmt = "#%s %s failed (attempt %s/%s, retry in %s): %s: %s"
-        args = (outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+        args = (outcome.job_id, outcome.task_name, outcome.body_attempt, outcome.max_attempts,
                 _Span(outcome.delay), etype, error.get("message", ""))  # fmt: skip
     elif name in ("dead-lettered", "discarded"):
         verdict = "failed" if name == "dead-lettered" else "discarded"
         fmt = "#%s %s " + verdict + " (attempt %s/%s, %s): %s: %s"
-        args = (outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+        args = (outcome.job_id, outcome.task_name, outcome.body_attempt, outcome.max_attempts,
                 "dead-lettered" if name == "dead-lettered" else "not retried", etype,
                 error.get("message", ""))  # fmt: skip
     elif name == "snoozed":
@@ -334,7 +334,7 @@ def _log_ending(outcome: Outcome, name: str, level: int, with_traceback: bool) -
                                               _Span(outcome.delay))  # fmt: skip
     else:  # cancelled, released
         fmt, args = "#%s %s " + name + " (attempt %s/%s)", (
-            outcome.job_id, outcome.task_name, outcome.attempt, outcome.max_attempts,
+            outcome.job_id, outcome.task_name, outcome.body_attempt, outcome.max_attempts,
         )  # fmt: skip
     exc = outcome.exception if level >= logging.ERROR else None
     if exc is not None:  # for error trackers; runworker's own handler prints it at -v 2 only
@@ -381,7 +381,8 @@ def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
     )
     return Outcome(
         job_id=outcome.job_id, attempt=outcome.attempt, kind=OutcomeKind.DISCARD,
-        max_attempts=outcome.max_attempts, task_name=outcome.task_name, queue=outcome.queue,
+        max_attempts=outcome.max_attempts, attempts_charged=outcome.attempts_charged,
+        task_name=outcome.task_name, queue=outcome.queue,
         error={"type": "django_workqueue.exceptions.WorkqueueError",
                "message": storable_text(str(problem)[:2000]), "traceback": None},
     )  # fmt: skip

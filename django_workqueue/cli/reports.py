@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
-from .. import operations
+from .. import budgets, operations
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import Dependency, Job, Queue, WorkerProcess
@@ -96,6 +96,10 @@ def job_row(job: Job, clearance: Clearance) -> dict[str, Any]:
         "priority": job.priority,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
+        "attempts_charged": job.attempts_charged,
+        "crashes_charged": job.crashes_charged,
+        "redriven_attempts": job.redriven_attempts,
+        "attempt_summary": budgets.describe_job(job),
         "enqueued_at": timestamp(job.enqueued_at),
         "run_after": timestamp(job.run_after),
         "started_at": timestamp(job.started_at),

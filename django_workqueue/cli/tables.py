@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .. import budgets
 from .fitting import Column, cut_start, fit
 from .reports import STATUSES
 
@@ -145,6 +146,14 @@ def _dropped_note(dropped: Sequence[str]) -> list[RenderableType]:
     return [f"Not shown at this width: {', '.join(dropped)} (--wide or --json shows them)."]
 
 
+def _attempt(row: dict[str, Any]) -> str:
+    """The attempt column: "2/5", or "1/5 (+3)" after a redrive (``budgets.describe``)."""
+    return budgets.describe(
+        status=row["status"], attempts_charged=row["attempts_charged"],
+        max_attempts=row["max_attempts"], redriven_attempts=row["redriven_attempts"], short=True,
+    )  # fmt: skip
+
+
 def _when(value: str | None) -> str:
     """An ISO timestamp as ``YYYY-MM-DD hh:mm:ss`` (UTC)."""
     return "" if value is None else value[:19].replace("T", " ")
@@ -237,7 +246,7 @@ def jobs(rows: list[dict[str, Any]], limit: int, width: int | None) -> list[Rend
     cells = [
         [
             str(row["id"]), escape(row["task"]), escape(row["queue"]), _status(row["status"]),
-            f"{row['attempt']}/{row['max_attempts']}", _when(since(row)),
+            _attempt(row), _when(since(row)),
             _error(row["last_error"]),
         ]
         for row in rows
@@ -308,7 +317,8 @@ def job(data: dict[str, Any]) -> list[RenderableType]:
 _HIDDEN = "[dim](hidden: needs django_workqueue.view_job_payload)[/dim]"
 
 _SCALARS = (
-    "id", "task", "queue", "status", "priority", "attempt", "max_attempts", "enqueued_at",
+    "id", "task", "queue", "status", "priority", "attempt_summary", "attempt", "max_attempts",
+    "crashes_charged", "enqueued_at",
     "run_after", "started_at", "finished_at", "deadline", "workflow", "unique_key", "flow_key",
     "lease_owner", "lease_expires_at", "cancel_requested_at",
 )  # fmt: skip

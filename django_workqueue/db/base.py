@@ -23,7 +23,6 @@ from django.db.models import (
     Count,
     DateTimeField,
     ExpressionWrapper,
-    F,
     Min,
     Q,
     QuerySet,
@@ -159,6 +158,7 @@ class ClaimedJob:
         "_arguments",
         "_payload",
         "attempt",
+        "attempts_charged",
         "deadline",
         "deadline_passed",
         "flow_key",
@@ -174,7 +174,7 @@ class ClaimedJob:
 
     def __init__(
         self, id: int, task_name: str, queue: str, priority: int, attempt: int,
-        max_attempts: int, lease_seconds: int, deadline: datetime | None,
+        max_attempts: int, attempts_charged: int, lease_seconds: int, deadline: datetime | None,
         deadline_passed: bool, payload: str, workflow_id: int | None = None,
         input_shape: Any = None, flow_key: str | None = None,
     ) -> None:  # fmt: skip
@@ -184,6 +184,8 @@ class ClaimedJob:
         self.priority = priority
         self.attempt = attempt
         self.max_attempts = max_attempts
+        self.attempts_charged = attempts_charged
+        """The body's attempts charged against ``max_attempts`` before this claim."""
         self.lease_seconds = lease_seconds
         self.deadline = deadline
         self.deadline_passed = bool(deadline_passed)
@@ -358,6 +360,8 @@ class Expired:
     id: int
     attempt: int
     max_attempts: int
+    attempts_charged: int
+    crashes_charged: int
     owner: str
     queue: str
     owner_gone: bool = False
@@ -632,7 +636,7 @@ class Driver(abc.ABC):
     def retake(self, owner: str, job_id: int, attempt: int) -> bool:
         """Lease a job this worker released at shutdown back to it, if nobody claimed it
         since (same attempt, still ready, no owner), so that an outcome that arrived just
-        after the release can be written. The release's uncharged attempt is taken back."""
+        after the release can be written. The release spent nothing, and neither does this."""
         (running,) = transition(Status.READY, Status.RUNNING)
         return bool(
             Job.objects.using(self.alias)
@@ -644,7 +648,6 @@ class Driver(abc.ABC):
                 lease_expires_at=ExpressionWrapper(
                     Now() + timedelta(minutes=1), output_field=DateTimeField()
                 ),
-                max_attempts=F("max_attempts") - 1,
             )
         )
 
@@ -737,16 +740,18 @@ class Driver(abc.ABC):
             candidates.order_by("id")
             .select_for_update(skip_locked=True)
             .annotate(owner_gone=owner_gone)
-            .values_list("id", "attempt", "max_attempts", "lease_owner", "queue", "owner_gone")[
-                :limit
-            ]
-        )
+            .values_list(
+                "id", "attempt", "max_attempts", "attempts_charged", "crashes_charged",
+                "lease_owner", "queue", "owner_gone",
+            )[:limit]
+        )  # fmt: skip
         return [
             Expired(
-                id=pk, attempt=attempt, max_attempts=budget, owner=owner or "", queue=queue,
+                id=pk, attempt=attempt, max_attempts=budget, attempts_charged=charged,
+                crashes_charged=crashes, owner=owner or "", queue=queue,
                 owner_gone=bool(owner_gone),
             )
-            for pk, attempt, budget, owner, queue, owner_gone in rows
+            for pk, attempt, budget, charged, crashes, owner, queue, owner_gone in rows
         ]  # fmt: skip
 
     # --- liveness -----------------------------------------------------------------------------

@@ -188,7 +188,10 @@ _PLAN_RESTORE = (
 # hands each transaction whichever server connection is free.
 _PREPARED_STATEMENT_LOST = frozenset({"26000", "42P05"})
 
-_RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+_RETURNING = (
+    "id, task_name, queue, priority, attempt, max_attempts, attempts_charged, lease_seconds, "
+    "deadline"
+)
 # What every claim (plain or batch) writes to a job it leases (``j``), and returns of it in the
 # shape of ``ClaimedJob``'s parameters: the attempt starts now.
 _LEASE = (
@@ -696,7 +699,8 @@ class PostgresDriver(Driver):
             f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
             f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
             f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
-            f"  delay double precision, extra_attempts integer, has_progress boolean, "
+            f"  delay double precision, charge_attempt integer, charge_crash integer, "
+            f"  has_progress boolean, "
             f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb) "
             f"  WHERE {_BOUNDED_LOCK_WAITS}), "
             f"{self._unheld(skip_locked)}, "
@@ -709,7 +713,8 @@ class PostgresDriver(Driver):
             f"  'traceback', v.etraceback, 'worker', %(owner)s::text)) ELSE j.errors END, "
             f"run_after = CASE WHEN v.delay IS NOT NULL "
             f"  THEN {CLOCK} + make_interval(secs => v.delay) ELSE j.run_after END, "
-            f"max_attempts = j.max_attempts + COALESCE(v.extra_attempts, 0), "
+            f"attempts_charged = j.attempts_charged + COALESCE(v.charge_attempt, 0), "
+            f"crashes_charged = j.crashes_charged + COALESCE(v.charge_crash, 0), "
             f"{_PROGRESS_FROM_V} "
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "

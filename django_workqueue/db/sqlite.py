@@ -61,7 +61,10 @@ def _from_now(seconds: str) -> str:
     return f"strftime({_FORMAT}, 'now', printf('%%+.6f seconds', {seconds}))"
 
 
-_RETURNING = "id, task_name, queue, priority, attempt, max_attempts, lease_seconds, deadline"
+_RETURNING = (
+    "id, task_name, queue, priority, attempt, max_attempts, attempts_charged, lease_seconds, "
+    "deadline"
+)
 # What every claim (plain or batch) writes to a job it leases, and returns of it (read back by
 # ``_claimed``): the attempt starts now.
 _LEASE = (
@@ -406,7 +409,8 @@ class SQLiteDriver(Driver):
             f"run_after = CASE WHEN v.delay IS NOT NULL THEN "
             f"  strftime({_FORMAT}, 'now', printf('%%+.6f seconds', v.delay)) "
             f"  ELSE {t}.run_after END, "
-            f"max_attempts = {t}.max_attempts + COALESCE(v.extra_attempts, 0), "
+            f"attempts_charged = {t}.attempts_charged + COALESCE(v.charge_attempt, 0), "
+            f"crashes_charged = {t}.crashes_charged + COALESCE(v.charge_crash, 0), "
             f"progress_current = CASE WHEN v.has_progress THEN v.pcurrent "
             f"  ELSE {t}.progress_current END, "
             f"progress_total = CASE WHEN v.has_progress THEN v.ptotal ELSE {t}.progress_total END, "
@@ -602,8 +606,8 @@ class SQLiteDriver(Driver):
 
 _OUTCOME_FIELDS = (
     "id", "attempt", "status", "cancel_status", "finished", "result", "has_error", "etype",
-    "emessage", "etraceback", "delay", "extra_attempts", "has_progress", "pcurrent", "ptotal",
-    "pmessage", "pdetails",
+    "emessage", "etraceback", "delay", "charge_attempt", "charge_crash", "has_progress",
+    "pcurrent", "ptotal", "pmessage", "pdetails",
 )  # fmt: skip
 _PROGRESS_FIELDS = ("id", "attempt", "pcurrent", "ptotal", "pmessage", "pdetails")
 
@@ -614,7 +618,7 @@ def _columns(fields: Iterable[str]) -> str:
 
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
     """A ``ClaimedJob`` from a claim's ``RETURNING {_CLAIMED}`` row."""
-    return ClaimedJob(*row[:7], _parse(row[7]), *row[8:])  # type: ignore[call-arg]
+    return ClaimedJob(*row[:8], _parse(row[8]), *row[9:])  # type: ignore[call-arg]
 
 
 def _parse(value: Any) -> datetime | None:

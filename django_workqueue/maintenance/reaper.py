@@ -176,16 +176,17 @@ def lease_expired(row: Expired) -> Outcome:
     if row.owner_gone:
         message = (
             f"worker {row.owner} is gone (its process ended: killed or crashed); its lease "
-            f"was ended at once; the attempt counts"
+            f"was ended at once; it counts as a crash"
         )
     else:
         message = (
             f"worker {row.owner} stopped renewing its lease (killed, crashed or stalled); "
-            f"the attempt counts"
+            f"it counts as a crash"
         )
     return Outcome(
         job_id=row.id, attempt=row.attempt, kind=OutcomeKind.LEASE_EXPIRED,
-        max_attempts=row.max_attempts,
+        max_attempts=row.max_attempts, attempts_charged=row.attempts_charged,
+        crashes_charged=row.crashes_charged,
         error={"type": "LeaseExpired", "message": message, "traceback": None},
     )  # fmt: skip
 

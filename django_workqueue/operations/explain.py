@@ -25,6 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from .. import budgets
 from ..conf import workqueue_settings as conf
 from ..disclosure import Clearance
 from ..models import AuditRecord, Checkpoint, Dependency, FlowLimit, Job, Queue, WorkerProcess
@@ -118,7 +119,8 @@ def _finished(look: Look) -> dict[str, Any] | None:
     error = f": {last.get('type', '')}: {last.get('message', '')}" if last else ""
     return {
         "how": how, "finished_at": _at(job.finished_at), "attempt": job.attempt,
-        "max_attempts": job.max_attempts, "error_type": last.get("type"),
+        "max_attempts": job.max_attempts, "attempt_summary": budgets.describe_job(job),
+        "error_type": last.get("type"),
         "error_message": last.get("message"), "error": error if job.status != "succeeded" else "",
     }  # fmt: skip
 
@@ -130,6 +132,7 @@ def _running(look: Look) -> dict[str, Any] | None:
         "worker": job.lease_owner, "host": worker.host if worker else None,
         "pid": worker.pid if worker else None, "started_at": _at(job.started_at),
         "lease_expires_at": _at(job.lease_expires_at), "attempt": job.attempt,
+        "attempt_summary": budgets.describe_job(job),
         "cancel_requested": job.cancel_requested_at is not None,
         "where": f" ({worker.host}, pid {worker.pid})" if worker else " (no longer registered)",
     }  # fmt: skip
@@ -295,10 +298,10 @@ _ACTIVE = frozenset(_WAITING | {Status.RUNNING})
 
 REASONS: tuple[Row, ...] = (
     Row("finished", _ENDED, _finished,
-        "It {how} at {finished_at} after attempt {attempt} of {max_attempts}{error}.", alone=True),
+        "It {how} at {finished_at} after {attempt_summary}{error}.", alone=True),
     Row("running", frozenset({Status.RUNNING}), _running,
         "It is claimed and running on worker {worker}{where} since {started_at} "
-        "(attempt {attempt}; lease until {lease_expires_at}).", alone=True),
+        "({attempt_summary}; lease until {lease_expires_at}).", alone=True),
     Row("held", frozenset({Status.HELD}), _held,
         "held by an operator, {who}; release it to let it run"),
     Row("scheduled", frozenset({Status.SCHEDULED}), _scheduled,

@@ -13,13 +13,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Now
 
-from .. import wakeup
+from .. import budgets, wakeup
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason
 from ..db import Ended, driver_for, locking
 from ..models import Job
 from ..payload import describe
-from ..registry import MAX_ATTEMPTS, registered_tasks
+from ..registry import MAX_ATTEMPTS
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
 from ..workflow.locks import lock_workflows
@@ -175,9 +175,11 @@ def redrive(
     """Move failed jobs (the dead-letter queue) back to ready with a fresh attempt budget.
 
     ``jobs`` is a queryset (a filter), job ids or jobs; None means every failed job. The error
-    history is kept and the attempt number keeps counting up; the budget is ``attempts`` more
-    attempts, or the task's ``max_attempts``. Jobs are redriven in batches of at most
-    ``BATCH_SIZE`` rows, one transaction each (unless the caller's transaction wraps them all).
+    history is kept and the claim counter (``attempt``) keeps counting up; both budgets start
+    afresh (``budgets.fresh_budget``): the job's own ``max_attempts``, kept as it is, or
+    ``attempts`` when given, which becomes its ``max_attempts``. Jobs are redriven in batches
+    of at most ``BATCH_SIZE`` rows, one transaction each (unless the caller's transaction
+    wraps them all).
 
     >>> redrive(Job.objects.filter(task_name="billing.tasks.charge"))
     """
@@ -199,23 +201,17 @@ def redrive(
     )
     # A step of a workflow an operator cancelled stays failed: nothing revives that workflow.
     selection = revivable(failed).exclude(Exists(holder))
-    tasks = registered_tasks()
     total = 0
-    for batch in batches(selection, "task_name"):
-        by_task: dict[str, list[int]] = {}
-        for pk, task_name in batch:
-            by_task.setdefault(task_name, []).append(pk)
-        for task_name, ids in by_task.items():
-            task = tasks.get(task_name)
-            budget = attempts or (task.spec.max_attempts if task else conf.DEFAULT_MAX_ATTEMPTS)
-            rows = selection.filter(id__in=ids)
-            try:
-                redrive_rows = functools.partial(_redrive_atomic, rows, target, budget)
-                total += locking.operation(rows.db, "redrive", redrive_rows)
-            except IntegrityError:  # a holder appeared meanwhile: go one job at a time
-                for pk in ids:
-                    with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
-                        total += _redrive_rows(rows.filter(pk=pk), target, budget)
+    for batch in batches(selection):
+        ids = [pk for (pk,) in batch]
+        rows = selection.filter(id__in=ids)
+        try:
+            redrive_rows = functools.partial(_redrive_atomic, rows, target, attempts)
+            total += locking.operation(rows.db, "redrive", redrive_rows)
+        except IntegrityError:  # a holder appeared meanwhile: go one job at a time
+            for pk in ids:
+                with contextlib.suppress(IntegrityError), transaction.atomic(using=rows.db):
+                    total += _redrive_rows(rows.filter(pk=pk), target, attempts)
     message = f"{total} failed job(s) moved back to ready"
     abandoned = failed.exclude(pk__in=revivable(failed).values("pk")).count()
     if abandoned:
@@ -228,12 +224,12 @@ def redrive(
     )
 
 
-def _redrive_atomic(rows: QuerySet[Job], target: Status, budget: int) -> int:
+def _redrive_atomic(rows: QuerySet[Job], target: Status, attempts: int | None) -> int:
     with transaction.atomic(using=rows.db):
-        return _redrive_rows(rows, target, budget)
+        return _redrive_rows(rows, target, attempts)
 
 
-def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
+def _redrive_rows(rows: QuerySet[Job], target: Status, attempts: int | None) -> int:
     """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
     dependents cancelled because they failed wait again."""
     picked = list(rows.select_for_update().order_by("id").values_list("id", "workflow_id", "queue"))
@@ -256,7 +252,7 @@ def _redrive_rows(rows: QuerySet[Job], target: Status, budget: int) -> int:
         waiting_on=_per_job({pk: n for pk, (n, _) in waiting.items()}),
         prerequisites_succeeded=_per_job({pk: ok for pk, (_, ok) in waiting.items()}),
         status=status,
-        max_attempts=F("attempt") + budget,
+        **budgets.fresh_budget(attempts),
         run_after=Now(),
         deadline=_deadline_unless_passed(),
         finished_at=None,

@@ -18,9 +18,11 @@ runs a job, its slot thread:
   attempt fails with ``ProcessDied``, saying how it died.
 
 Either way the slot gets a fresh child and the job is retried under its own policy, so a poison
-pill ends in the dead-letter queue after ``max_attempts``. After a job, a child that has run
-``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child`` resident is replaced;
-the replacement starts at once, so its start-up overlaps the wait for the next job.
+pill ends in the dead-letter queue after ``max_attempts``. A child that dies while it waits for
+work is replaced before the next job is handed to it, and costs that job nothing. After a job, a
+child that has run ``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child``
+resident is replaced; the replacement starts at once, so its start-up overlaps the wait for the
+next job.
 
 Children are fresh interpreters (``python -m django_workqueue.worker.spawned``), not forks of a
 worker that already runs threads and holds database connections: they import the project from
@@ -251,6 +253,7 @@ class ProcessSlot:
             child.close()
 
     def _run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
+        self._replace_if_dead()
         child, context = self.child, item.context
         if not child.ready:  # a fresh child imports the project: not the job's time
             item.started = math.inf
@@ -318,6 +321,20 @@ class ProcessSlot:
                     f"(pid {child.pid}) was killed"
                 )
                 raise _Ended(self._failed(job, late))
+
+    def _replace_if_dead(self) -> None:
+        """A child that died while it waited for work (the OOM killer, a kill from outside) is
+        replaced before a job is handed to it: the job's body never began in it, so its death
+        is nobody's attempt (``budgets.py``: what is not the body's doing spends nothing)."""
+        child = self.child
+        if child.process.poll() is None:
+            return
+        logger.warning(
+            "worker %s: its idle child process %s %s; starting another",
+            self.worker.id, child.pid, child.how_it_died(),
+        )  # fmt: skip
+        child.close()
+        self.child = Child(self.worker.id, self.limits)
 
     def _died(self, job: ClaimedJob, child: Child) -> Outcome:
         how = child.how_it_died()

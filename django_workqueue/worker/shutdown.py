@@ -113,7 +113,9 @@ def release_remaining(worker: Worker) -> None:
     releases = [
         Outcome(
             job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
-            max_attempts=item.context.job.max_attempts, task_name=item.context.job.task_name,
+            max_attempts=item.context.job.max_attempts,
+            attempts_charged=item.context.job.attempts_charged,
+            task_name=item.context.job.task_name,
             queue=item.context.job.queue,
         )
         for job_id, item in unfinished.items()

@@ -102,7 +102,7 @@ def job_to_wire(job: ClaimedJob) -> dict[str, Any]:
     return {
         "id": job.id, "task_name": job.task_name, "queue": job.queue,
         "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
-        "lease_seconds": job.lease_seconds,
+        "attempts_charged": job.attempts_charged, "lease_seconds": job.lease_seconds,
         "deadline": job.deadline.isoformat() if job.deadline is not None else None,
         "deadline_passed": job.deadline_passed, "payload": job._payload,
         "workflow_id": job.workflow_id, "input_shape": job.input_shape, "flow_key": job.flow_key,
@@ -113,7 +113,8 @@ def job_from_wire(fields: dict[str, Any]) -> ClaimedJob:
     deadline = fields["deadline"]
     return ClaimedJob(
         fields["id"], fields["task_name"], fields["queue"], fields["priority"],
-        fields["attempt"], fields["max_attempts"], fields["lease_seconds"],
+        fields["attempt"], fields["max_attempts"], fields["attempts_charged"],
+        fields["lease_seconds"],
         datetime.fromisoformat(deadline) if deadline is not None else None,
         fields["deadline_passed"], fields["payload"], fields["workflow_id"],
         fields["input_shape"], fields["flow_key"],
@@ -126,7 +127,8 @@ def job_from_wire(fields: dict[str, Any]) -> ClaimedJob:
 def outcome_to_wire(outcome: Outcome) -> dict[str, Any]:
     return {
         "job_id": outcome.job_id, "attempt": outcome.attempt, "kind": outcome.kind.value,
-        "max_attempts": outcome.max_attempts, "result_json": outcome.result_json,
+        "max_attempts": outcome.max_attempts, "attempts_charged": outcome.attempts_charged,
+        "result_json": outcome.result_json,
         "error": outcome.error, "delay": outcome.delay, "progress": outcome.progress,
         "task_name": outcome.task_name, "queue": outcome.queue,
         "spawn": spawn_to_wire(outcome.spawn) if outcome.spawn is not None else None,
@@ -138,7 +140,8 @@ def outcome_from_wire(fields: dict[str, Any]) -> Outcome:
     progress = fields["progress"]
     return Outcome(
         job_id=fields["job_id"], attempt=fields["attempt"], kind=OutcomeKind(fields["kind"]),
-        max_attempts=fields["max_attempts"], result_json=fields["result_json"],
+        max_attempts=fields["max_attempts"], attempts_charged=fields["attempts_charged"],
+        result_json=fields["result_json"],
         error=fields["error"], delay=fields["delay"],
         progress=tuple(progress) if progress is not None else None,
         task_name=fields["task_name"], queue=fields["queue"],

@@ -79,6 +79,7 @@ def test_poison_pill_ends_failed_after_max_attempts(start_worker: StartWorker) -
 
     assert [process.returncode for process in crashed] == [17, 17, 17]
     assert (job.status, job.attempt, job.max_attempts) == (Status.FAILED, 3, 3)
+    assert (job.crashes_charged, job.attempts_charged) == (3, 0)  # its crashes, not its body
     assert job.finished_at is not None
     assert job.lease_owner is None
     assert [(e["attempt"], e["type"]) for e in job.errors] == [

@@ -10,6 +10,7 @@ from pathlib import Path
 import django
 import pytest
 
+from django_workqueue.models import Job
 from tests.support.processes import StartWorker, wait_for
 
 pytestmark = [
@@ -51,3 +52,6 @@ def test_killed_worker_leaves_the_result_a_second_attempt(
     assert [error.exception_class_path for error in result.errors] == ["LeaseExpired"]
     assert a.worker_id in result.errors[0].traceback
     assert result.worker_ids == [a.worker_id, "unknown"]  # a success keeps no worker
+    # One body attempt (the django.tasks default): the crash spent the crash budget, not it.
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.max_attempts, job.attempts_charged, job.crashes_charged) == (1, 1, 1)

@@ -61,7 +61,8 @@ def test_past_the_grace_period_the_job_goes_back_to_ready_uncharged(
     assert worker.wait(timeout=15) == 0
     assert f"job {job.pk} released back to ready at shutdown" in worker.stderr
     job.refresh_from_db()
-    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
+    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 3)
+    assert (job.attempts_charged, job.crashes_charged) == (0, 0)
     assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
     assert job.errors == []  # a release is not a failure
     assert ledger_with_pids(job) == [(1, "started", worker.pid)]

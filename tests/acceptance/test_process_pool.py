@@ -388,6 +388,31 @@ def test_a_child_that_dies_every_time_ends_its_job_failed_after_max_attempts(
     assert worker.alive
 
 
+def test_an_idle_child_that_died_costs_the_next_job_nothing(
+    start_pool: StartWorker, ledger: Ledger
+) -> None:
+    """A child killed while it waits for work (the kernel's OOM killer, a kill from outside) is
+    replaced before the next job is handed to it: that job's body never began in the dead child,
+    so it spends no attempt — a job of one attempt runs and succeeds, never dead-lettered
+    with ``ProcessDied`` without having run."""
+    worker = start_pool("--concurrency", "1")
+    first = pool_tasks.pool_work.enqueue(ledger=str(ledger))
+    wait_for(lambda: all_finished(first), alive=[worker], timeout=60, message="the first job")
+    ((_, idle),) = start_pids(ledger, first)
+    os.kill(idle, signal.SIGKILL)
+    wait_gone([idle], message=f"the idle child {idle} to die")
+
+    job = pool_tasks.pool_work.using(max_attempts=1).enqueue(ledger=str(ledger))
+    wait_for(lambda: all_finished(job), alive=[worker], timeout=60, message="the next job")
+
+    job = fresh(job)
+    assert (job.status, job.errors) == (Status.SUCCEEDED, [])
+    assert (job.attempt, job.attempts_charged, job.crashes_charged) == (1, 1, 0)
+    ((_, pid),) = start_pids(ledger, job)
+    assert pid not in (idle, worker.pid)  # a fresh child ran it
+    assert worker.alive
+
+
 def test_sigkill_of_the_parent_ends_its_children_and_another_worker_recovers_the_job(
     start_pool: StartWorker, ledger: Ledger
 ) -> None:
@@ -530,7 +555,8 @@ def test_past_the_grace_period_the_children_are_killed_and_their_jobs_released_u
     for job in jobs:
         assert f"job {job.pk} released back to ready at shutdown" in worker.stderr
         job.refresh_from_db()
-        assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
+        assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 3)
+        assert (job.attempts_charged, job.crashes_charged) == (0, 0)
         assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
         assert job.errors == []  # a release is not a failure
     wait_gone(children, "the children past the grace period to be killed")

@@ -17,7 +17,9 @@ The checker (``check_invariants``) states what a run must satisfy whatever fault
   external effect that is not the final attempt's, belongs to a worker the test killed or stopped;
 - exactly one transactional effect (an ``Effect`` row) per succeeded ``atomic=True`` job, written
   by its final attempt, and none for a job that did not succeed;
-- attempts never exceed the job's budget (``max_attempts``), in the table or in the ledger.
+- budgets are never exceeded: ``attempts_charged <= max_attempts``, ``crashes_charged <=`` the
+  crash budget, and every charge is of a claim (``attempts_charged + crashes_charged <=
+  attempt``; a release or a snooze is a claim that spends nothing).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from django_workqueue.budgets import crash_budget
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import Effect
@@ -258,15 +261,17 @@ def check_invariants(
             report.add(f"job {job_id}: ended {job.status}, expected {expect}: {job.errors}")
         if job.lease_owner is not None:
             report.add(f"job {job_id}: {job.status} but still leased to {job.lease_owner}")
-        if job.attempt > job.max_attempts:
-            report.add(f"job {job_id}: attempt {job.attempt} > budget {job.max_attempts}")
+        if job.attempts_charged > job.max_attempts:
+            report.add(f"job {job_id}: {job.attempts_charged} charged > {job.max_attempts}")
+        if job.crashes_charged > crash_budget(job.max_attempts):
+            report.add(f"job {job_id}: {job.crashes_charged} crashes > the crash budget")
+        if job.attempts_charged + job.crashes_charged > job.attempt:
+            report.add(f"job {job_id}: more charged than its {job.attempt} claim(s)")
         final_owner = None
         for attempt in range(1, max(job.attempt, last_attempt[job_id]) + 1):
             owners = starts.get((job_id, attempt), set())
             if len(owners) > 1:
                 report.add(f"job {job_id} attempt {attempt}: {len(owners)} owners {owners}")
-            if attempt > job.max_attempts and owners:
-                report.add(f"job {job_id}: ledger attempt {attempt} > budget {job.max_attempts}")
             if attempt == job.attempt:
                 final_owner = next(iter(owners), None)
             elif owners:

@@ -147,6 +147,8 @@ def test_poison_pills_end_in_the_dead_letter_queue(
     for job in Job.objects.filter(pk__in=pills):
         assert job.status == Status.FAILED, (job.pk, job.status, job.errors)
         assert job.attempt == job.max_attempts == BUDGET, (job.pk, job.attempt, job.max_attempts)
+        # Crashes spend the crash budget, never the body's.
+        assert (job.crashes_charged, job.attempts_charged) == (BUDGET, 0), job.pk
         attempts = [(e["attempt"], e["type"]) for e in job.errors]
         assert attempts == [(n, "LeaseExpired") for n in range(1, BUDGET + 1)], job.errors
         owners = {reaped_from(error) for error in job.errors}

@@ -4,7 +4,7 @@ documented (docs/reference/runworker.md, "Stopping"; docs/explanation/guarantees
 What is documented for the first SIGTERM: the worker stops claiming and keeps renewing leases
 while running jobs finish, for up to ``SHUTDOWN_GRACE_SECONDS``; jobs still running then are
 released: their row goes back to ``ready`` at once without using an attempt (``attempt`` stays,
-``max_attempts`` goes up by one, no error is recorded); the process exits with status 0.
+neither budget is spent, no error is recorded); the process exits with status 0.
 
 Real workers under the supervisor, a feeder keeping short jobs (0.4 s) and long ones (the grace
 + 3 s) queued. Each round SIGTERMs a worker that holds both a short job and a long one that
@@ -22,9 +22,9 @@ grace 5 s, 20 rounds). For every SIGTERMed worker:
 - it starts no job later than 1 s after the signal (it stops claiming).
 
 And over the whole run: every job succeeded with 0 errors (no lease ever expired, the grace
-renewing them), attempt == 1 + its releases and max_attempts == 20 + its releases (a release
-uses no attempt); the only re-run attempts are released ones; exactly one ``Effect`` per atomic
-job, by its final attempt (a released atomic body rolls back); every invariant of
+renewing them), attempt == 1 + its releases, max_attempts == 20 and attempts_charged == 1 (a
+release spends nothing); the only re-run attempts are released ones; exactly one ``Effect`` per
+atomic job, by its final attempt (a released atomic body rolls back); every invariant of
 ``check_invariants``; the fresh worker exits 0; no worker exits on its own.
 """
 
@@ -250,9 +250,10 @@ def test_sigterm_under_load(start_worker: StartWorker, ledger: Ledger) -> None:
     gave_back = {(j, a) for s in stopped for j, a in s.released.items()}
     wrong = []
     for job in Job.objects.all():
-        expected = (Status.SUCCEEDED, [], 1 + releases[job.pk], BUDGET + releases[job.pk])
-        if (job.status, job.errors, job.attempt, job.max_attempts) != expected:
-            wrong.append((job.pk, job.status, job.errors, job.attempt, job.max_attempts))
+        expected = (Status.SUCCEEDED, [], 1 + releases[job.pk], BUDGET, 1)
+        actual = (job.status, job.errors, job.attempt, job.max_attempts, job.attempts_charged)
+        if actual != expected:
+            wrong.append((job.pk, *actual))
     assert not wrong, f"jobs whose attempts do not match their releases: {wrong[:10]}"
     final = dict(Job.objects.values_list("id", "attempt"))
     rerun = {(e.job, e.attempt) for e in ledger.entries() if e.attempt != final[e.job]}

@@ -18,9 +18,11 @@ ready jobs only. After each step the whole job table is compared with the model:
 invented; each job's status change since the previous step is an edge of
 ``states.TRANSITIONS``; terminal, scheduled and ready jobs have no lease, running ones an owner
 and an expiry; ready and running jobs are due (``run_after`` not after the database's clock);
-``attempt <= max_attempts``; at most one active job per (task, unique key); status, attempt,
-budget, owner, cancel request, error count, ``run_after`` and ``deadline`` per job and the
-counts per status equal the model's; ``Effect`` rows (written inside ``atomic=True`` bodies)
+each budget within its size (``attempts_charged <= max_attempts``, ``crashes_charged <=`` the
+crash budget; ``attempt`` counts claims and may pass both); at most one active job per (task,
+unique key); status, attempt, both budgets and what was spent before a redrive, owner, cancel
+request, error count, ``run_after`` and ``deadline`` per job and the counts per status equal
+the model's; ``Effect`` rows (written inside ``atomic=True`` bodies)
 exist exactly for the succeeded attempts of atomic jobs. Fencing is checked where it happens:
 an outcome (alone or in a batch), a progress report or a renewal is written, and reported
 written, if and only if the model says the writer still holds that attempt's lease, and a
@@ -122,7 +124,8 @@ JOB_TIMES = (
 )  # fmt: skip
 
 ROW_FIELDS = (
-    "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts", "lease_owner",
+    "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts",
+    "attempts_charged", "crashes_charged", "redriven_attempts", "lease_owner",
     "lease_expires_at", "started_at", "finished_at", "cancel_requested_at", "unique_key", "errors",
     "run_after", "deadline",
 )  # fmt: skip
@@ -182,6 +185,9 @@ class ModelJob:
     deadline: int | None
     status: str
     attempt: int = 0
+    attempts_charged: int = 0
+    crashes_charged: int = 0
+    redriven_attempts: int = 0
     owner: str | None = None
     lease_expires: int | None = None
     cancel_requested: bool = False
@@ -328,17 +334,23 @@ class JobMachine(RuleBasedStateMachine):
             OutcomeKind.DISCARD: Status.FAILED,
             OutcomeKind.CANCELLED: Status.CANCELLED,
         }.get(kind, Status.READY if keeps_place or delay == 0 else Status.SCHEDULED)
-        spent = job.attempt >= job.max_attempts
-        if kind in (OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED) and spent:
+        # The body's endings spend its budget, a reaped lease the crash budget, a snooze and a
+        # release nothing (DESIGN.md §2, "Attempts").
+        crash_budget = max(int(conf.MAX_CRASHES), job.max_attempts)
+        if kind == OutcomeKind.RETRY and job.attempts_charged + 1 >= job.max_attempts:
             status = Status.FAILED
+        if kind == OutcomeKind.LEASE_EXPIRED and job.crashes_charged + 1 >= crash_budget:
+            status = Status.FAILED
+        if kind == OutcomeKind.LEASE_EXPIRED:
+            job.crashes_charged += 1
+        elif kind not in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):
+            job.attempts_charged += 1
         if kind != OutcomeKind.SUCCEEDED and job.cancel_requested:
             status = Status.CANCELLED
         with_error = (OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.CANCELLED,
                       OutcomeKind.LEASE_EXPIRED)  # fmt: skip
         if kind in with_error:
             job.errors += 1
-        if kind in (OutcomeKind.SNOOZE, OutcomeKind.RELEASE):  # uncharged: the budget grows
-            job.max_attempts += 1
         if status in (Status.READY, Status.SCHEDULED) and not keeps_place:
             job.run_after = self.clock + int(delay)
         job.status, job.owner, job.lease_expires = status, None, None
@@ -350,7 +362,7 @@ class JobMachine(RuleBasedStateMachine):
         if verdict == "succeed":
             return OutcomeKind.SUCCEEDED, 0.0
         if verdict == "fail":
-            return OutcomeKind.RETRY, backoff(claimed.attempt)
+            return OutcomeKind.RETRY, backoff(claimed.attempts_charged + 1)
         if verdict == "retry_later":
             return OutcomeKind.RETRY, float(RETRY_DELAY)
         if verdict == "discard":
@@ -367,7 +379,7 @@ class JobMachine(RuleBasedStateMachine):
             return OutcomeKind.RELEASE, 0.0  # stopped as the shutdown told it: given back
         # Stopped for another reason (its lease was lost): the JobCancelled it raised is a
         # failure like any other (and fenced out).
-        return OutcomeKind.RETRY, backoff(claimed.attempt)
+        return OutcomeKind.RETRY, backoff(claimed.attempts_charged + 1)
 
     def forget(self, owner: Owner, context: JobContext) -> None:
         item = owner.running.get(context.job_id)
@@ -415,7 +427,9 @@ class JobMachine(RuleBasedStateMachine):
                 assert not first, f"job {taken} was claimed before job {left}, which comes first"
         for c in claimed:
             job = self.jobs[c.id]
-            assert (c.attempt, c.max_attempts) == (job.attempt + 1, job.max_attempts)
+            assert (c.attempt, c.max_attempts, c.attempts_charged) == (
+                job.attempt + 1, job.max_attempts, job.attempts_charged,
+            )  # fmt: skip
             assert (c.task_name, c.lease_seconds) == (job.task, job.lease_seconds)
             assert c.deadline_passed == (job.deadline is not None and job.deadline < self.clock)
             job.status, job.attempt, job.owner = Status.RUNNING, c.attempt, owner.id
@@ -630,7 +644,6 @@ class JobMachine(RuleBasedStateMachine):
         if outcome.kind == OutcomeKind.RELEASE:
             return  # it raised JobCancelled because the release told it to stop
         job.status, job.owner = Status.RUNNING, owner.id
-        job.max_attempts -= 1  # the release's uncharged attempt is taken back
         self.apply_outcome(job.id, outcome.kind, outcome.delay)
 
     # --- maintenance, operations, clock ------------------------------------------------------
@@ -761,8 +774,11 @@ class JobMachine(RuleBasedStateMachine):
             job.deadline = None
 
     def redriven(self, job: ModelJob, attempts: int | None) -> None:
-        budget = attempts or TASKS[job.task].spec.max_attempts
-        job.max_attempts, job.cancel_requested = job.attempt + budget, False
+        if attempts is not None:  # an operator's budget; otherwise the job keeps its own
+            job.max_attempts = attempts
+        job.redriven_attempts += job.attempts_charged
+        job.attempts_charged = job.crashes_charged = 0
+        job.cancel_requested = False
         self.due_now(job)
 
     @precondition(lambda self: any(j.status == Status.FAILED for j in self.jobs.values()))
@@ -845,16 +861,20 @@ class JobMachine(RuleBasedStateMachine):
                     f"{where}: run_after {r['run_after']} is after the clock {r['now']}; "
                     f"a job that waits for a later time must be scheduled"
                 )
-            assert r["attempt"] <= r["max_attempts"], f"{where}: attempt past max_attempts"
+            assert r["attempts_charged"] <= r["max_attempts"], f"{where}: past max_attempts"
+            crash_budget = max(int(conf.MAX_CRASHES), r["max_attempts"])
+            assert r["crashes_charged"] <= crash_budget, f"{where}: past the crash budget"
 
             job = self.jobs[job_id]
             actual = (
                 r["task_name"], r["queue"], r["priority"], status, r["attempt"],
-                r["max_attempts"], r["lease_owner"], r["unique_key"],
+                r["max_attempts"], r["attempts_charged"], r["crashes_charged"],
+                r["redriven_attempts"], r["lease_owner"], r["unique_key"],
                 r["cancel_requested_at"] is not None, len(r["errors"]),
             )  # fmt: skip
             modelled = (
                 job.task, job.queue, job.priority, job.status, job.attempt, job.max_attempts,
+                job.attempts_charged, job.crashes_charged, job.redriven_attempts,
                 job.owner, job.unique_key, job.cancel_requested, job.errors,
             )  # fmt: skip
             assert actual == modelled, f"{where}: database {actual} != model {modelled}"

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django_workqueue import operations
 from django_workqueue.checks import check_settings
 from django_workqueue.conf import workqueue_settings as conf
+from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from django_workqueue.testing import drain
@@ -121,6 +122,40 @@ def test_a_failure_after_retries_lists_every_error(tasks: Any) -> None:
     assert "Traceback" in result.errors[-1].traceback
     with pytest.raises(ValueError, match="failed"):
         _ = result.return_value
+
+
+def test_a_failing_task_runs_once_by_default_as_django_tasks_promises(tasks: Any) -> None:
+    """No retries unless asked for (TASK_DEFAULTS, TASK_OPTIONS or the task): after one run
+    the result is FAILED, with its finish time and its error."""
+    from tests.support.django_tasks import fails_once_by_default
+
+    result = fails_once_by_default.enqueue("once")
+    assert drain() == 1
+    result.refresh()
+    assert (result.status, result.attempts) == ("FAILED", 1)
+    assert result.finished_at is not None
+    assert [error.exception_class for error in result.errors] == [ValueError]
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.max_attempts, job.attempts_charged) == (1, 1)
+
+
+def test_a_crash_does_not_fail_a_task_of_one_body_attempt(tasks: Any) -> None:
+    """A worker's crash spends the crash budget, not the body's single attempt."""
+    from tests.support.django_tasks import fails_once_by_default
+
+    result = fails_once_by_default.enqueue("crash")
+    job = Job.objects.get(pk=int(result.id))
+    Job.objects.filter(pk=job.pk).update(
+        status=Status.RUNNING, attempt=1, lease_owner="gone", started_at=timezone.now(),
+        lease_expires_at=timezone.now() - datetime.timedelta(seconds=1),
+    )  # fmt: skip
+    assert reaper.run_once() == 1
+    job.refresh_from_db()
+    assert (job.status, job.max_attempts, job.attempts_charged, job.crashes_charged) == (
+        Status.READY, 1, 0, 1,
+    )  # fmt: skip
+    result.refresh()
+    assert result.status == "READY"
 
 
 def test_a_discarded_task_fails_at_once(tasks: Any) -> None:

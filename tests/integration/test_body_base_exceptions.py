@@ -160,6 +160,7 @@ def test_a_ctrl_c_of_the_process_during_drain_stops_it_and_gives_the_job_back() 
         drain()
 
     job = fresh(job)
-    assert (job.status, job.attempt, job.max_attempts, job.errors) == (Status.READY, 1, 4, [])
+    assert (job.status, job.attempt, job.max_attempts, job.errors) == (Status.READY, 1, 3, [])
+    assert job.attempts_charged == 0
     assert fresh(after).status == Status.READY  # drain stopped
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

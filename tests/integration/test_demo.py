@@ -55,7 +55,8 @@ def test_demo_runs_every_job_to_a_terminal_status() -> None:
     assert (poison.status, poison.attempt, len(poison.errors)) == ("failed", 3, 3)
 
     (snoozed,) = _jobs("wait_for_upload")
-    assert (snoozed.status, snoozed.attempt, snoozed.max_attempts) == ("succeeded", 2, 2)
+    assert (snoozed.status, snoozed.attempt, snoozed.max_attempts) == ("succeeded", 2, 1)
+    assert snoozed.attempts_charged == 1  # the snooze spent nothing, the success one
     assert snoozed.errors == []
 
     daily, quarterly = _jobs("build_report")

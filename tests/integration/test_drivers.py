@@ -34,8 +34,9 @@ def driver():
 
 def outcome(job: Job, kind: OutcomeKind, **fields: Any) -> Outcome:
     return Outcome(
-        job_id=job.pk, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts, **fields
-    )
+        job_id=job.pk, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+        attempts_charged=job.attempts_charged, crashes_charged=job.crashes_charged, **fields,
+    )  # fmt: skip
 
 
 def failure(job: Job, kind: OutcomeKind = OutcomeKind.RETRY, **fields: Any) -> Outcome:
@@ -92,10 +93,22 @@ def test_a_retry_with_a_delay_is_scheduled_for_then():
 
 
 def test_a_retry_with_its_attempts_spent_fails_the_job():
-    job = JobFactory(running=True, attempt=3, max_attempts=3)
+    job = JobFactory(running=True, attempt=3, max_attempts=3, attempts_charged=2)
     write(failure(job, delay=30.0))
     job.refresh_from_db()
     assert job.status == "failed" and job.finished_at is not None
+    assert (job.attempts_charged, job.max_attempts) == (3, 3)
+
+
+def test_claims_that_spent_nothing_leave_a_failure_its_budget():
+    """Four claims, two of them given back (a release, a snooze): the budget is what the
+    body spent, not how often the job was claimed."""
+    job = JobFactory(running=True, attempt=4, max_attempts=3, attempts_charged=1)
+    write(failure(job, delay=30.0))
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.attempts_charged, job.max_attempts) == (
+        "scheduled", 4, 2, 3,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -122,28 +135,39 @@ def test_a_cancelled_ending_is_cancelled():
 
 
 @pytest.mark.parametrize(("delay", "status"), [(0.0, "ready"), (60.0, "scheduled")])
-def test_a_snooze_gives_the_attempt_back(delay, status):
-    job = JobFactory(running=True, attempt=3, max_attempts=3)
+def test_a_snooze_spends_no_budget(delay, status):
+    job = JobFactory(running=True, attempt=3, max_attempts=3, attempts_charged=2)
     write(outcome(job, OutcomeKind.SNOOZE, delay=delay))
     job.refresh_from_db()
-    assert (job.status, job.attempt, job.max_attempts, job.errors) == (status, 3, 4, [])
+    assert (job.status, job.attempt, job.errors) == (status, 3, [])
+    assert (job.max_attempts, job.attempts_charged, job.crashes_charged) == (3, 2, 0)
 
 
-def test_a_release_keeps_its_place_and_gives_the_attempt_back():
+def test_a_release_keeps_its_place_and_spends_no_budget():
     place = timezone.now() - dt.timedelta(hours=1)
     job = JobFactory(running=True, run_after=place)
     write(outcome(job, OutcomeKind.RELEASE))
     job.refresh_from_db()
-    assert (job.status, job.run_after, job.max_attempts, job.errors) == ("ready", place, 4, [])
+    assert (job.status, job.run_after, job.errors) == ("ready", place, [])
+    assert (job.max_attempts, job.attempts_charged, job.crashes_charged) == (3, 0, 0)
 
 
-@pytest.mark.parametrize(("attempt", "status"), [(1, "ready"), (3, "failed")])
-def test_an_expired_lease_keeps_its_place_and_counts_the_attempt(attempt, status):
+@pytest.mark.parametrize(("crashes", "status"), [(0, "ready"), (2, "failed")])
+def test_an_expired_lease_keeps_its_place_and_spends_the_crash_budget(crashes, status):
     place = timezone.now() - dt.timedelta(hours=1)
-    job = JobFactory(expired=True, attempt=attempt, run_after=place)
+    job = JobFactory(expired=True, attempt=crashes + 1, run_after=place, crashes_charged=crashes)
     write(failure(job, OutcomeKind.LEASE_EXPIRED))
     job.refresh_from_db()
     assert (job.status, job.run_after, job.max_attempts) == (status, place, 3)
+    assert (job.attempts_charged, job.crashes_charged) == (0, crashes + 1)
+
+
+def test_a_crash_leaves_the_body_budget_alone():
+    """A task of one body attempt (the django.tasks default) survives a worker's crash."""
+    job = JobFactory(expired=True, attempt=1, max_attempts=1)
+    write(failure(job, OutcomeKind.LEASE_EXPIRED))
+    job.refresh_from_db()
+    assert (job.status, job.attempts_charged, job.crashes_charged) == ("ready", 0, 1)
 
 
 def test_the_last_progress_report_lands_with_the_outcome():

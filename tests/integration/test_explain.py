@@ -233,7 +233,9 @@ def test_a_finished_job_says_how_it_ended_redacted_without_payload():
     assert "hunter2" in operations.explain(job).summary
     masked = operations.explain(job, clearance=NO_PAYLOAD)
     assert "hunter2" not in str(masked.as_dict()) and "secret frames" not in str(masked.as_dict())
-    succeeded = JobFactory(status=Status.SUCCEEDED, attempt=1, finished_at=timezone.now())
+    succeeded = JobFactory(
+        status=Status.SUCCEEDED, attempt=1, attempts_charged=1, finished_at=timezone.now()
+    )
     assert operations.explain(succeeded).summary.endswith("after attempt 1 of 3.")
 
 

@@ -63,13 +63,13 @@ class TestReaper:
         assert "worker-gone" in error["message"]
         assert row_snapshot(untouched.pk) == untouched_before
 
-    def test_a_job_whose_attempts_are_spent_fails(self):
-        job = JobFactory(running=True, attempt=3, max_attempts=3)
+    def test_a_job_whose_crash_budget_is_spent_fails(self):
+        job = JobFactory(running=True, attempt=3, max_attempts=3, crashes_charged=2)
 
         assert reaper.run_once(now=timezone.now() + LATER) == 1
 
         job = fresh(job)
-        assert (job.status, job.attempt) == ("failed", 3)
+        assert (job.status, job.attempt, job.crashes_charged) == ("failed", 3, 3)
         assert job.finished_at is not None
         assert [e["type"] for e in job.errors] == ["LeaseExpired"]
         assert list(Job.objects.dead_letters()) == [job]
@@ -122,7 +122,9 @@ def test_the_reaper_announces_jobs_it_puts_back_in_ready():
     with listening() as listener:
         JobFactory(expired=True, queue="mail")
         JobFactory(expired=True, queue="mail")
-        JobFactory(expired=True, queue="reports", attempt=3, max_attempts=3)  # spent: failed
+        JobFactory(  # its crash budget spent: failed
+            expired=True, queue="reports", attempt=3, max_attempts=3, crashes_charged=2
+        )
         assert reaper.run_once() == 3
         queues = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
         queues += [n.payload for n in listener.notifies(timeout=0.5)]
@@ -247,7 +249,7 @@ def test_the_worker_logs_a_stale_outcome_dropped_from_a_shared_batch(caplog):
 
 @pytest.mark.django_db
 def test_a_job_released_at_shutdown_keeps_its_place_in_the_queue():
-    """A release gives the attempt back and keeps the job's run_after, as the reaper does for a
+    """A release spends no budget and keeps the job's run_after, as the reaper does for a
     crashed job: a deploy's SIGTERM must not send the job behind every job enqueued after it."""
     job = JobFactory(running=True, lease_owner="w1")
     run_after = job.run_after - dt.timedelta(minutes=5)
@@ -257,7 +259,8 @@ def test_a_job_released_at_shutdown_keeps_its_place_in_the_queue():
     assert driver().record("w1", release)
 
     job = fresh(job)
-    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 4)
+    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 1, 3)
+    assert (job.attempts_charged, job.crashes_charged) == (0, 0)
     assert job.run_after == run_after
     assert (job.lease_owner, job.errors) == (None, [])
 
@@ -382,7 +385,9 @@ def test_stop_past_the_grace_period_releases_the_job_without_charging_it(backgro
 
     wait_until(lambda: fresh(job).status == "ready", timeout=10)
     job = fresh(job)
-    assert (job.attempt, job.max_attempts) == (1, 4)  # the attempt was given back
+    # The claim counts, the budgets do not.
+    assert (job.attempt, job.max_attempts) == (1, 3)
+    assert (job.attempts_charged, job.crashes_charged) == (0, 0)
     assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, None)
     assert job.errors == []
     # The body still finishes on its slot; its late success must not be written.

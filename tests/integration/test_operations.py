@@ -9,6 +9,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_workqueue import operations
+from django_workqueue.budgets import describe_job
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.models import LedgerEntry
@@ -117,7 +118,9 @@ def test_redrive_by_ids_moves_failed_jobs_back_to_ready():
     for job in (first, second):
         job.refresh_from_db()
         assert job.status == Status.READY
-        assert (job.attempt, job.max_attempts) == (3, 3 + 3)  # add's max_attempts more
+        # The claims keep counting; a fresh budget, max_attempts kept as it is.
+        assert (job.attempt, job.max_attempts) == (3, 3)
+        assert (job.attempts_charged, job.crashes_charged, job.redriven_attempts) == (0, 0, 3)
         assert job.finished_at is None
         assert (job.lease_owner, job.lease_expires_at, job.cancel_requested_at) == (
             None, None, None,
@@ -129,20 +132,45 @@ def test_redrive_by_ids_moves_failed_jobs_back_to_ready():
 
 
 def test_redrive_with_an_explicit_budget():
-    job = JobFactory(failed=True, attempt=5, max_attempts=5)
+    job = JobFactory(failed=True, attempt=5, max_attempts=5, attempts_charged=5)
     assert operations.redrive([job], attempts=2).count == 1
     job.refresh_from_db()
-    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 5, 7)
+    assert (job.status, job.attempt, job.max_attempts) == (Status.READY, 5, 2)
+    assert (job.attempts_charged, job.redriven_attempts) == (0, 5)
 
 
-def test_redrive_uses_each_tasks_own_budget():
-    flaky = JobFactory(failed=True, task_name=FLAKY, attempt=4, max_attempts=4)
-    mail = JobFactory(failed=True, task_name=SEND_MAIL, attempt=3, max_attempts=3)
+def test_redrive_keeps_each_jobs_own_budget():
+    """max_attempts is never rewritten: each job keeps the budget it was enqueued with, the
+    spent one and the crash budget start afresh, and the attempts spent so far are kept for
+    display ("attempt 1 of 4 (4 before the redrive)")."""
+    flaky = JobFactory(failed=True, task_name=FLAKY, attempt=4, max_attempts=4, attempts_charged=4)
+    mail = JobFactory(
+        failed=True, task_name=SEND_MAIL, attempt=5, max_attempts=3, crashes_charged=3,
+        attempts_charged=2,
+    )  # fmt: skip
     gone = JobFactory(failed=True, task_name="removed.tasks.old", attempt=2, max_attempts=2)
     assert operations.redrive([flaky, mail, gone]).count == 3
-    budgets = dict(Job.objects.values_list("task_name", "max_attempts"))
-    # a task no longer registered gets WORKQUEUE["DEFAULT_MAX_ATTEMPTS"] (3)
-    assert budgets == {FLAKY: 4 + 4, SEND_MAIL: 3 + 3, "removed.tasks.old": 2 + 3}
+    rows = Job.objects.values_list(
+        "task_name", "max_attempts", "attempts_charged", "crashes_charged", "redriven_attempts"
+    )
+    assert {name: rest for name, *rest in rows} == {
+        FLAKY: [4, 0, 0, 4], SEND_MAIL: [3, 0, 0, 2], "removed.tasks.old": [2, 0, 0, 3],
+    }  # fmt: skip
+    assert operations.redrive([flaky]).count == 0  # not failed: nothing to redrive
+
+
+def test_two_redrives_never_grow_the_budget():
+    """A task of 2 attempts redriven twice reads "attempt 1 of 2 (4 before the redrive)", not
+    the 4/6 that raising max_attempts showed."""
+    job = JobFactory(failed=True, attempt=2, max_attempts=2, attempts_charged=2)
+    operations.redrive([job])
+    Job.objects.filter(pk=job.pk).update(status=Status.FAILED, attempt=4, attempts_charged=2)
+    operations.redrive([job])
+    job.refresh_from_db()
+    assert (job.attempt, job.max_attempts, job.attempts_charged, job.redriven_attempts) == (
+        4, 2, 0, 4,
+    )  # fmt: skip
+    assert describe_job(job) == "attempt 1 of 2 (4 before the redrive)"
 
 
 def test_redrive_by_queryset_filter():
@@ -218,7 +246,8 @@ def test_retry_a_failed_job_redrives_it():
     assert (result.action, result.count) == ("retried", 1)
     assert result.message == f"job {job.pk} redriven"
     job.refresh_from_db()
-    assert (job.status, job.max_attempts, job.finished_at) == (Status.READY, 6, None)
+    assert (job.status, job.max_attempts, job.finished_at) == (Status.READY, 3, None)
+    assert (job.attempts_charged, job.redriven_attempts) == (0, 3)
     assert len(job.errors) == 3
 
 

@@ -80,7 +80,7 @@ def test_a_report_past_its_interval_is_written_while_the_job_runs() -> None:
 def _claimed(job: Job) -> ClaimedJob:
     """The running ``job`` as a claim returned it."""
     return ClaimedJob(
-        job.pk, job.task_name, job.queue, 0, job.attempt, 3, 60, None, False, "[[], {}]"
+        job.pk, job.task_name, job.queue, 0, job.attempt, 3, 0, 60, None, False, "[[], {}]"
     )
 
 

@@ -74,7 +74,7 @@ def test_a_body_still_running_past_the_grace_period_is_released_and_told_why() -
     worker.stop()
     thread.join(30)
     job = fresh(job)
-    assert (job.status, job.attempt, job.max_attempts) == ("ready", 1, 4)
+    assert (job.status, job.attempt, job.max_attempts, job.attempts_charged) == ("ready", 1, 3, 0)
     holds[job.pk].set()
     join_slots(worker)
     assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
@@ -116,7 +116,8 @@ def test_a_body_that_obeys_the_shutdown_abort_is_released_uncharged_not_failed(
     assert seen_reasons[job.pk] == AbortReason.SHUTDOWN
     job = fresh(job)
     # Stopping because the worker said so is not a failure: the job goes back, uncharged.
-    assert (job.status, job.attempt, job.max_attempts, job.errors) == ("ready", 1, 2, [])
+    assert (job.status, job.attempt, job.max_attempts, job.errors) == ("ready", 1, 1, [])
+    assert (job.attempts_charged, job.crashes_charged) == (0, 0)
 
 
 def test_a_release_that_ends_a_cancel_requested_step_releases_its_workflow_and_signals():

@@ -303,8 +303,8 @@ def test_a_reaped_job_sends_reaped_naming_the_worker_that_stopped(received):
     assert sender is add
 
 
-def test_a_reaped_job_with_spent_attempts_sends_reaped_then_failed(received):
-    job = JobFactory(running=True, attempt=3, max_attempts=3)
+def test_a_reaped_job_with_its_crash_budget_spent_sends_reaped_then_failed(received):
+    job = JobFactory(running=True, attempt=3, max_attempts=3, crashes_charged=2)
     assert reaper.run_once(now=job.lease_expires_at + timezone.timedelta(seconds=1)) == 1
 
     assert received.jobs("job_id", "status") == [

@@ -169,7 +169,7 @@ def test_the_reaper_counts_expired_leases_as_retried_or_failed() -> None:
     from django_workqueue.maintenance.reaper import Reaper
 
     JobFactory(task_name="t", expired=True, lease_owner="worker-a")
-    JobFactory(task_name="t", expired=True, lease_owner="worker-b", attempt=3, max_attempts=3)
+    JobFactory(task_name="t", expired=True, lease_owner="worker-b", attempt=3, crashes_charged=2)
 
     assert Reaper("default", interval=1.0).run_once() == 2
 
@@ -201,7 +201,7 @@ def test_a_reaper_and_a_worker_take_workflow_and_counter_locks_in_one_order():
         lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
     )  # fmt: skip
     Job.objects.filter(pk=dead.pk).update(
-        status="running", attempt=3, max_attempts=3, lease_owner="gone", started_at=then,
+        status="running", attempt=3, crashes_charged=2, lease_owner="gone", started_at=then,
         run_after=then, lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
     )  # fmt: skip
     worker_in, reaper_in = threading.Event(), threading.Event()

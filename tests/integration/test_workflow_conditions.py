@@ -165,12 +165,13 @@ def test_a_step_failing_in_a_worker_cancels_the_rest_of_its_chain_before_another
     assert assert_counters_match_jobs(wf).status == "failed"
 
 
-def test_a_step_whose_last_attempt_was_lost_with_its_worker_cancels_its_dependents():
+def test_a_step_whose_last_crash_was_lost_with_its_worker_cancels_its_dependents():
     wf = chain(echo.using(max_attempts=1).s(1), echo.s(), echo.s()).enqueue()
     a, b, c = wf.jobs.order_by("id")
+    Job.objects.filter(pk=a.pk).update(crashes_charged=2)  # two workers died under it before
     [claimed] = driver_for("default").claim(["default"], 1, "a-worker-that-died")
     assert claimed.id == a.pk
-    with transaction.atomic():  # its lease runs out, and the reaper finds it spent
+    with transaction.atomic():  # its lease runs out, and the reaper finds its crashes spent
         Job.objects.filter(pk=a.pk).update(lease_expires_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
         assert reaper.run_once() == 1
     assert statuses(a, b, c) == ["failed", "cancelled", "cancelled"]

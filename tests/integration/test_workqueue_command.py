@@ -159,7 +159,8 @@ def test_redrive_json_dry_run_then_redrive(scene):
         "messages": ["would redrive 1 job(s)"], "missing": [], "ids": [3],
     }  # fmt: skip
     assert run("redrive", "--all", "--attempts", "2", "--yes")[0] == 0
-    assert Job.objects.filter(pk=3).values_list("status", "max_attempts").get() == ("ready", 5)
+    fields = ("status", "max_attempts", "attempts_charged", "redriven_attempts")
+    assert Job.objects.filter(pk=3).values_list(*fields).get() == ("ready", 2, 0, 3)
 
 
 def test_retry_hold_and_release_by_id(scene):

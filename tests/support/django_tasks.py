@@ -38,6 +38,12 @@ def give_up(reason):
 
 
 @task
+def fails_once_by_default(message):
+    """No max_attempts anywhere: the backend's default, one body attempt."""
+    raise ValueError(message)
+
+
+@task
 async def async_double(value):
     await asyncio.sleep(0)
     return value * 2

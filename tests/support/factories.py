@@ -48,6 +48,7 @@ class JobFactory(factory.django.DjangoModelFactory):
         failed = factory.Trait(
             status=Status.FAILED,
             attempt=3,
+            attempts_charged=3,  # three failures of its body: its budget spent
             finished_at=factory.LazyFunction(timezone.now),
             errors=factory.LazyFunction(
                 lambda: [

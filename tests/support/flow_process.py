@@ -26,7 +26,7 @@ def claim_race(job_id: int, keys: int, go_file: str) -> None:
 
     driver = driver_for("default")
     job = ClaimedJob(
-        job_id, "testproject.testapp.tasks.add", "default", 0, 1, 3, 60, None, False, "[[], {}]"
+        job_id, "testproject.testapp.tasks.add", "default", 0, 1, 3, 0, 60, None, False, "[[], {}]"
     )
     context = JobContext(job, owner=f"racer-{os.getpid()}", driver=driver)
     order = [f"key-{n}" for n in range(keys)]

@@ -22,7 +22,8 @@ def group(name: str, size: int = 3, wait: float = 10.0, queue: str = "default") 
 
 def jobs(count: int) -> list[ClaimedJob]:
     return [
-        ClaimedJob(n, "t", "default", 0, 1, 3, 60, None, False, "[[1], {}]") for n in range(count)
+        ClaimedJob(n, "t", "default", 0, 1, 3, 0, 60, None, False, "[[1], {}]")
+        for n in range(count)
     ]
 
 

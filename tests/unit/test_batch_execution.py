@@ -23,9 +23,13 @@ def batch_task(func: Callable[[list[Any]], Any], **options: Any) -> Task[..., An
     return Task(dataclasses.replace(batch_fails.spec, func=func, **options))
 
 
-def member(job_id: int, *args: Any, attempt: int = 1, max_attempts: int = 3) -> ClaimedJob:
+def member(
+    job_id: int, *args: Any, attempt: int = 1, max_attempts: int = 3, charged: int = 0
+) -> ClaimedJob:
     payload = json.dumps([list(args), {}])
-    return ClaimedJob(job_id, "t", "default", 0, attempt, max_attempts, 60, None, False, payload)
+    return ClaimedJob(
+        job_id, "t", "default", 0, attempt, max_attempts, charged, 60, None, False, payload
+    )
 
 
 def batch(task: Task[..., Any], *jobs: ClaimedJob) -> Batch:
@@ -78,7 +82,7 @@ def test_an_exception_is_each_jobs_failed_attempt_under_its_own_budget():
         batch_task(broken),
         member(1, "a", attempt=1, max_attempts=1),
         member(2, "b", attempt=1, max_attempts=3),
-        member(3, "c", attempt=3, max_attempts=3),
+        member(3, "c", attempt=4, max_attempts=3, charged=2),  # a claim given back once
     )
 
     assert [outcomes[n].status for n in (1, 2, 3)] == [Status.FAILED, Status.READY, Status.FAILED]

@@ -11,7 +11,7 @@ from django_workqueue.db import ClaimedJob
 
 
 def context() -> JobContext:
-    job = ClaimedJob(1, "t", "default", 0, 1, 3, 60, None, False, "[[], {}]")
+    job = ClaimedJob(1, "t", "default", 0, 1, 3, 0, 60, None, False, "[[], {}]")
     reports: list[Any] = []
     return JobContext(job, owner="w", driver=None, on_progress=reports.append)  # type: ignore[arg-type]
 

@@ -32,7 +32,7 @@ def pair():
 def test_a_claimed_job_crosses_unchanged():
     deadline = datetime(2026, 11, 26, 12, 30, 5, 123456, tzinfo=UTC)
     job = ClaimedJob(
-        7, "shop.tasks.resize", "images", 5, 2, 3, 60, deadline, True,
+        7, "shop.tasks.resize", "images", 5, 2, 3, 1, 60, deadline, True,
         '[[1, "a"], {"size": 3}]', 11, "[0, 1]", "tenant-4",
     )  # fmt: skip
 
