@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
+import subprocess
 from datetime import timedelta
+from typing import Any
 
+from django.db import connections
 from django.db.models import F
 from hypothesis import HealthCheck, settings
 
+from django_workqueue import process_identity
 from django_workqueue.attempt.lease import RunningJob
+from django_workqueue.db import pg_liveness
+from django_workqueue.db.postgresql import listen_params
 from django_workqueue.models import Job, WorkerProcess, Workflow
 
 FULL = os.environ.get("WORKQUEUE_CHAOS") == "full"
@@ -48,10 +55,12 @@ def shift_stored_times(alias: str, seconds: int) -> None:
     )
 
 
-def machine_settings(*, examples: int, steps: int) -> settings:
+def machine_settings(*, examples: int, steps: int, derandomize: bool = False) -> settings:
     """Hypothesis settings of a state-machine test: no example database (a failure prints its
-    ``@reproduce_failure`` blob instead), no deadline, slow examples allowed."""
+    ``@reproduce_failure`` blob instead), no deadline, slow examples allowed; ``derandomize``:
+    the same examples at every run."""
     return settings(
+        derandomize=derandomize,
         max_examples=examples,
         stateful_step_count=steps,
         deadline=None,
@@ -59,3 +68,42 @@ def machine_settings(*, examples: int, steps: int) -> settings:
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
+
+
+class LivenessToken:
+    """What a simulated worker's death is seen by, as a real worker's is: on PostgreSQL its
+    session's advisory lock (``pg_liveness.hold`` on a connection of its own), on SQLite a
+    process of this host (its pid's start). ``register`` writes the worker's registry row with
+    the token; ``end`` kills it (the connection closed, the process killed), and the reaper's
+    next pass sees the worker gone."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.connection: Any = None
+        self.process: subprocess.Popen[bytes] | None = None
+        if connections[alias].vendor == "postgresql":
+            import psycopg
+
+            params = listen_params(connections[alias], None)
+            self.connection = psycopg.connect(**params, autocommit=True)
+            self.pid, self.token = os.getpid(), pg_liveness.hold(self.connection) or ""
+        else:
+            self.process = subprocess.Popen(["sleep", "600"])
+            self.pid = self.process.pid
+            self.token = ""
+            while not self.token:  # /proc shows the child at once, its start a moment later
+                self.token = process_identity.token_of(self.pid) or ""
+        assert self.token, "no liveness token could be had"
+
+    def register(self, worker_id: str, queues: tuple[str, ...]) -> None:
+        WorkerProcess.objects.using(self.alias).create(
+            id=worker_id, host=socket.gethostname(), pid=self.pid, queues=list(queues),
+            concurrency=1, liveness=self.token,
+        )  # fmt: skip
+
+    def end(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
