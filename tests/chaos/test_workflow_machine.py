@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -679,7 +678,7 @@ def test_workflow_state_machine() -> None:
     run_state_machine_as_test(
         WorkflowMachine,
         settings=machine_settings(
-            examples=300 if FULL else int(os.environ.get("WQ_EX", 30)), steps=60 if FULL else 30
+            examples=300 if FULL else 40, steps=60 if FULL else 30, derandomize=not FULL
         ),
     )
 
