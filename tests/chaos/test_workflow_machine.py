@@ -159,7 +159,8 @@ def row(job_id: int) -> dict[str, Any]:
 
 class RowLock:
     """A second session that holds one row locked (``FOR UPDATE``; SQLite: the database's
-    write lock) on its own thread, until ``release`` or ``HOLD_SECONDS``, whichever is first."""
+    write lock) on its own thread, until the step it stands in the way of ends or
+    ``HOLD_SECONDS`` pass, whichever is first."""
 
     def __init__(self, alias: str, model: type[Job] | type[Workflow], pk: int) -> None:
         self.alias, self.model, self.pk = alias, model, pk
