@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
 from ..models import Dependency, Job, Workflow
-from ..states import Status, transition
+from ..states import AWAITING_PREREQUISITES, Status, transition
 from . import conditions
 from .effects import UNMET_TYPE, reopen
 from .locks import lock_workflows
@@ -54,6 +55,7 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     resumed = 0
     while frontier:
         dependents = edges.filter(prerequisite_id__in=frontier).values("job_id")
+        _wait_again(alias, dependents)
         candidates = [
             (pk, condition, workflow_id)
             for pk, condition, workflow_id, errors in revivable(jobs.select_for_update())
@@ -81,6 +83,33 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
             resumed += 1
     reopen(alias, counts)
     return resumed
+
+
+_NOT_STARTED = (*AWAITING_PREREQUISITES, Status.READY, Status.SCHEDULED)
+"""Dependents that have not started: a prerequisite open again is waited for again."""
+
+
+def _wait_again(alias: str, dependents: QuerySet[Any]) -> None:
+    """The dependents of jobs open again (redriven, or brought back) that have not started
+    count them as open again, recounted by ``standing``: a ``blocked`` or ``held`` one waits
+    for them as well, and a released one (``ready``, ``scheduled``) whose run condition now
+    says wait goes back to ``blocked``. One that started has used its prerequisites' endings:
+    it is left as it is."""
+    rows = Job.objects.using(alias).select_for_update().order_by("id")
+    found = list(
+        rows.filter(id__in=dependents, status__in=_NOT_STARTED).values_list(
+            "id", "status", "run_condition"
+        )
+    )
+    stand = standing(alias, [pk for pk, _, _ in found])
+    for pk, status, condition in found:
+        now = stand[pk]
+        changes: dict[str, Any] = {"waiting_on": now.open, "prerequisites_succeeded": now.succeeded}
+        if status not in AWAITING_PREREQUISITES:
+            if now.verdict(condition) != conditions.Verdict.WAIT:
+                continue  # it may still run as released (any_succeeded: one did)
+            (changes["status"],) = transition(Status(status), Status.BLOCKED)
+        rows.filter(pk=pk, status=status).update(**changes)
 
 
 def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, int]]:

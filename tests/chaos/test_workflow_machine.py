@@ -113,16 +113,6 @@ APPLIES_TO = {
 PICKS = 256  # the bound of every index drawn (see ``WorkflowMachine.pick``)
 CONDITIONS = tuple(condition.value for condition in RunCondition)
 
-SKIP_KNOWN_REDRIVE_GAP = not FULL
-"""Issue 29 item 3 (branch ``prereq``): a redriven prerequisite is open again, but its
-dependents do not wait for it again: one still blocked on others keeps the count its ending
-took off (``test_a_redriven_prerequisite_is_waited_for_again_by_a_blocked_dependent``, xfail),
-so does one blocked on a dependent that the redrive revives (the redriven job's cancelled
-dependent comes back, its own dependent does not count it open again), and one already
-released (ready) stays released. Until that rule is decided and fixed, the CI size leaves out
-redriving (or retrying) a failed job that any job depends on, so that CI stays green; the full
-size keeps it, and fails. Remove this with that test's xfail."""
-
 #: What the body of each job does, set by the step that runs it.
 verdicts: dict[int, str] = {}
 
@@ -451,8 +441,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             "release": lambda: release_job(job_id, alias=alias),
             "retry": lambda: retry_job(job_id, alias=alias),
         }
-        if how != "retry" or self.without_known_gap([job_id]):
-            self.operate(f"{how} job {job_id}", calls[how])
+        self.operate(f"{how} job {job_id}", calls[how])
 
     @precondition(lambda self: self.seen)
     @rule(data=st.data())
@@ -463,21 +452,8 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.redrive(sorted(chosen))
 
     def redrive(self, chosen: list[int]) -> None:
-        chosen = self.without_known_gap(chosen)
         if chosen:
             self.operate(f"redrive {chosen}", lambda: redrive(chosen, alias=self.alias))
-
-    def without_known_gap(self, ids: list[int]) -> list[int]:
-        """``ids``, less (at the CI size, until the gap is closed) the jobs another depends on:
-        see ``SKIP_KNOWN_REDRIVE_GAP``."""
-        if not SKIP_KNOWN_REDRIVE_GAP:
-            return ids
-        waited_on = set(
-            Dependency.objects.using(self.alias)
-            .filter(prerequisite_id__in=ids)
-            .values_list("prerequisite_id", flat=True)
-        )
-        return [pk for pk in ids if pk not in waited_on]
 
     @precondition(lambda self: self.seen and Workflow.objects.exists())
     @rule(data=st.data())
@@ -701,12 +677,6 @@ def test_workflow_state_machine() -> None:
 # --- what the machine found, as explicit examples -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29 item 3 (branch prereq, one rule for a dependent's open prerequisites): "
-    "redrive re-opens a prerequisite, but a dependent still blocked on others (run_if "
-    "all_finished / any_succeeded) keeps the count the prerequisite's ending took off",
-)
 @pytest.mark.parametrize("run_if", ["all_finished", "any_succeeded"])
 def test_a_redriven_prerequisite_is_waited_for_again_by_a_blocked_dependent(run_if: str) -> None:
     """Found by the machine (SQLite, full size): a dependent waits on two jobs; one fails
@@ -728,12 +698,6 @@ def test_a_redriven_prerequisite_is_waited_for_again_by_a_blocked_dependent(run_
 
 
 @pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="row locks")
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29 item 2 (branch lockpolicy, findings 1 and 3): an outcome whose workflow "
-    "effects meet a row another session holds past the lock_timeout fails the whole batch "
-    "write instead of being kept and written once the row is free",
-)
 def test_an_outcome_whose_dependent_is_locked_is_kept_and_written_later() -> None:
     """Found by the machine (PostgreSQL, full size): chain(a, b, c), a claimed; another session
     holds b's row past the driver's 2 s lock_timeout while a's success is written."""
@@ -749,8 +713,30 @@ def test_an_outcome_whose_dependent_is_locked_is_kept_and_written_later() -> Non
     completer = Completer(driver, "owner")
     completer.hand_over(outcome)
     with RowLock(alias, Job, second.pk, seconds=2.5):
-        completer.write_outcomes()  # today: OperationalError (lock timeout)
+        completer.write_outcomes()  # kept, not failed (db/locking.py)
     completer.write_outcomes()
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.status, second.status) == (Status.SUCCEEDED, Status.READY)
+
+
+@pytest.mark.parametrize("run_if", ["all_finished", "all_succeeded"])
+def test_a_released_dependent_that_has_not_started_waits_again_for_a_redriven_prerequisite(
+    run_if: str,
+) -> None:
+    """Found by the machine: a dependent released by its prerequisite's failure (all_finished)
+    or cancelled by it (all_succeeded) waits for the redriven prerequisite again, and runs once
+    that ends as its run condition asks."""
+    first = step.enqueue(label=1)
+    dependent = step.using(depends_on=[first], run_if=run_if).enqueue(label=2)
+    fail_job(first, "rejected")
+    dependent.refresh_from_db()
+    assert dependent.status == (Status.READY if run_if == "all_finished" else Status.CANCELLED)
+
+    assert redrive([first.pk]).count == 1
+
+    dependent.refresh_from_db()
+    assert (dependent.status, dependent.waiting_on) == (Status.BLOCKED, 1)
+    complete_job(first, None)
+    dependent.refresh_from_db()
+    assert dependent.status == Status.READY
