@@ -25,14 +25,14 @@ from ..models import Dependency, Job, Workflow
 from ..states import Status, transition
 from . import conditions
 from .effects import UNMET_TYPE, reopen
-from .locks import lock_workflows
+from .locks import lock_jobs
 from .prerequisites import standing
 
 
 def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
     """The jobs of ``jobs`` that may leave a terminal status again (redrive, a workflow's
     resumption): none of a workflow an operator cancelled. (An ``Exists``, not a join, so that
-    a ``select_for_update`` of the jobs locks no workflow row.)"""
+    a ``select_for_update`` of the jobs locks no workflow row: ``lock_jobs`` takes those.)"""
     cancelled = Workflow.objects.filter(
         pk=OuterRef("workflow_id"), cancel_requested_at__isnull=False
     )
@@ -42,7 +42,7 @@ def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
 def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     """Count redriven jobs (id, workflow id) open again in their workflows and bring back the
     dependents cancelled because of them; return how many dependents came back. The caller
-    holds the redriven jobs' rows and has checked their workflows (``lock_workflows``)."""
+    holds the redriven jobs' rows and has checked their workflows (``locks.lock_jobs``)."""
     counts: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for _, workflow_id in redriven:
         if workflow_id is not None:
@@ -54,16 +54,17 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     resumed = 0
     while frontier:
         dependents = edges.filter(prerequisite_id__in=frontier).values("job_id")
+        # Their workflows' rows, then theirs, then their prerequisites' (locks.py).
+        cancelled, rows = lock_jobs(
+            revivable(jobs).filter(id__in=dependents, status=Status.CANCELLED),
+            "run_condition", "errors",
+        )  # fmt: skip
         candidates = [
             (pk, condition, workflow_id)
-            for pk, condition, workflow_id, errors in revivable(jobs.select_for_update())
-            .filter(id__in=dependents, status=Status.CANCELLED)
-            .order_by("id")
-            .values_list("id", "run_condition", "workflow_id", "errors")
+            for pk, workflow_id, condition, errors in rows
             if errors and errors[-1].get("type") == UNMET_TYPE
         ]
         stand = standing(alias, [c[0] for c in candidates])
-        cancelled = lock_workflows(alias, [c[2] for c in candidates])
         frontier = []
         for pk, condition, workflow_id in candidates:
             now = stand.get(pk)

@@ -93,10 +93,11 @@ def listening() -> Iterator[Any]:
 
 
 def sessions_waiting_for_a_lock() -> int:
-    """How many sessions of the test database wait for a lock now. PostgreSQL only."""
+    """How many sessions of the test database wait for a row's or a table's lock now (not
+    a would-be maintainer blocked on its holder's advisory lock). PostgreSQL only."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND wait_event <> 'advisory'"
         )
         return cursor.fetchone()[0]
