@@ -838,8 +838,9 @@ class PostgresDriver(Driver):
         # One statement for every dependent, however many: each row's counters change
         # relative to what they are (the row lock serialises two prerequisites ending at once,
         # and the second sees the first's count), and only while the row still waits.
-        # The rows are locked in id order first (the lock order every transaction that ends
-        # jobs follows), not in whatever order the UPDATE's plan visits them.
+        # The rows are locked in id order first (the lock order of workflow/locks.py, after the
+        # workflows' and the ending jobs' rows), not in whatever order the UPDATE's plan visits
+        # them.
         sql = (
             f"WITH v AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) "
             f"  AS r(id bigint, n integer, s integer)), "

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from django_workqueue import chain, group, operations, task
@@ -20,7 +19,12 @@ from django_workqueue.db import driver_for
 from django_workqueue.models import Dependency, Job, Workflow
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import describe_dependencies, echo, fail_step, flaky, record
-from tests.support.database import fresh, row_snapshot, sessions_waiting_for_a_lock
+from tests.support.database import (
+    fresh,
+    in_another_session,
+    row_snapshot,
+    sessions_waiting_for_a_lock,
+)
 from tests.support.settings import workqueue_settings
 from tests.support.waiting import wait_until
 from tests.support.workflows import (
@@ -267,18 +271,8 @@ def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_dea
     release_second = hold_row(second.pk)  # so that the completion stops at the dependent
     background_worker(concurrency=1, queues=["default"])
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
-    failures: list[BaseException] = []
-
-    def cancel() -> None:
-        try:
-            operations.cancel_workflow(wf)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    canceller = threading.Thread(target=cancel)
-    canceller.start()
+    # The worker's write holds the workflow's row (taken first): the cancellation waits for it.
+    canceller, failures = in_another_session(lambda: operations.cancel_workflow(wf))
     wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
     release_second.set()
     canceller.join(30)
@@ -385,23 +379,6 @@ def fresh_workflow(wf: Workflow) -> Workflow:
 
 
 # --- operations racing a concurrent ending (PostgreSQL: row locks, READ COMMITTED) ------------
-
-
-def in_another_session(body: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
-    """Run ``body`` on a thread (its own connection); return the thread and what it raised."""
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            body()
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, failures
 
 
 def ending_held_open(job: Job) -> tuple[threading.Event, threading.Thread, list[BaseException]]:
