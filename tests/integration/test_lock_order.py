@@ -160,3 +160,39 @@ def test_a_siblings_context_add_and_a_workers_completion_take_their_locks_in_one
     ]  # fmt: skip
     assert Job.objects.get(pk=dependent.pk).waiting_on == 1  # the child
     assert_counters_match_jobs(wf)
+
+
+def test_an_operation_on_a_job_that_joins_a_workflow_while_it_waits_locks_that_workflow_first(
+    no_deadlock,
+):
+    # The job is in no workflow when complete_job reads it; a job naming it and a step of a
+    # workflow in depends_on (not committed yet) makes it join that workflow meanwhile. The
+    # operation then takes its locks again, the workflow's first (locks.lock_jobs).
+    from django.db import transaction
+
+    lone = echo.using(delay=3600).enqueue("lone")
+    wf = group(echo.using(delay=3600).s("step")).enqueue()
+    [step] = wf.jobs.all()
+    written, commit = threading.Event(), threading.Event()
+
+    def join() -> None:
+        with transaction.atomic():
+            echo.using(depends_on=[step, lone]).enqueue("dependent")
+            written.set()
+            assert commit.wait(30)
+
+    joiner, join_failed = in_another_session(join)
+    assert written.wait(10)
+    result: list[Any] = []
+    completer, complete_failed = in_another_session(
+        lambda: result.append(operations.complete_job(lone, "done"))
+    )
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="complete_job to wait")
+    commit.set()
+    joiner.join(30)
+    completer.join(30)
+
+    assert (join_failed, complete_failed) == ([], [])
+    assert result[0].action == "completed"
+    assert Job.objects.get(pk=lone.pk).workflow_id == wf.pk
+    assert_counters_match_jobs(wf)
