@@ -111,6 +111,11 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "signals_cost_ratio": ("drain without receivers / with, paired", "ratio", "lower"),
     "signals_gate_ns": ("signal code per job with no receiver", "ns", "lower"),
     "signals_gate_share": ("that code's share of a job's drain time", "%", "lower"),
+    **{f"engine_{clock}_c{n}_line_{line}": (
+        f"engine alone (null driver), concurrency {n}, per-job line {line}: {what}",
+        "µs/job", "lower")
+       for n in (8, 32) for line in ("off", "on")
+       for clock, what in (("cpu_us", "process CPU"), ("wall_us", "wall time"))},
     "pools_cpu_threads": ("drain of CPU-bound jobs (~20 ms each), --pool threads, best "
                           "concurrency", "jobs/s", "higher"),
     "pools_cpu_processes": ("the same, --pool processes, best concurrency", "jobs/s", "higher"),
@@ -238,6 +243,8 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
                _median(results, "db_drain_statements", "pgqueuer")), 1.0, "lower", "x"),
         ("SQLite drain ≥ 2,000 jobs/s", _median(results, "sqlite_drain", wq), 2000.0, "higher",
          " jobs/s"),
+        ("issue 32: engine alone ≤ 40 µs/job (null driver, CPU, concurrency 8, line off)",
+         _median(results, "sqlite_engine_cpu_us_c8_line_off", wq), 40.0, "lower", " µs"),
     ]  # fmt: skip
     rows += _engine_targets(results)
     rows.append(
