@@ -559,8 +559,10 @@ def test_flow_keys_walk_ready_keys_from_the_cursor_then_wrap_around():
     # Short after the cursor: the walk goes on from the first key, up to the cursor.
     assert walk(one, "k3", 3) == [("default", "k5", "t.five"), ("default", "k1", "t.one"),
                                   ("default", "k2", "t.two")]  # fmt: skip
-    assert walk(one, "k5", 10) == [("default", "k1", "t.one"), ("default", "k2", "t.two"),
-                                   ("default", "k3", "t.three"), ("default", "k5", "t.five")]  # fmt: skip
+    assert walk(one, "k5", 10) == [
+        ("default", "k1", "t.one"), ("default", "k2", "t.two"), ("default", "k3", "t.three"),
+        ("default", "k5", "t.five"),
+    ]  # fmt: skip
     # Several queues: each queue's keys (the order among queues is the vendor's).
     assert sorted(walk(["default", "mail", "reports"], "k2", 10)) == [
         ("default", "k1", "t.one"), ("default", "k2", "t.two"), ("default", "k3", "t.three"),
