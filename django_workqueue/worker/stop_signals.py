@@ -34,6 +34,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.stopped = threading.Event()  # set by the first signal once draining
         self.draining = False
+        self.stopped_while_starting = False  # a plain flag: a handler takes no lock
         self._worker: Stoppable | None = None
         self._seen = 0
         self._owner = os.getpid()
@@ -57,7 +58,12 @@ class StopSignals:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def drain_from_now(self) -> None:
-        """From now on a signal drains (the worker about to be built may hold jobs)."""
+        """From now on a signal drains (the worker about to be built may hold jobs). A signal
+        that came while starting ends the process here if its ``SystemExit`` was lost: raised
+        inside a callback whose exceptions Python ignores (an import lock's, a weakref's, a
+        ``__del__``), it is printed as "Exception ignored" and the start-up goes on."""
+        if self.stopped_while_starting:
+            raise SystemExit(0)
         self.draining = True
 
     def attach(self, worker: Stoppable) -> None:
@@ -83,6 +89,7 @@ class StopSignals:
             return
         self._seen += 1
         if not self.draining:
+            self.stopped_while_starting = True
             name = signal.Signals(signum).name.encode()
             os.write(2, name + b": stopped while starting, before the first claim\n")
             raise SystemExit(0)

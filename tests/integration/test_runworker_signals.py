@@ -68,3 +68,38 @@ def test_a_process_a_job_forks_ends_on_sigterm_without_stopping_the_worker(monke
     call_command("runworker", "--concurrency", "1", stdout=io.StringIO())
 
     assert seen == {"child": -signal.SIGTERM, "stopping": False}
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_while_starting_whose_exit_python_swallowed_still_ends_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the worker exists a signal ends the process (``SystemExit(0)`` from the handler).
+    Python runs handlers between any two bytecodes, also inside a callback whose exceptions it
+    only prints ("Exception ignored in ..."): an import lock's, seen in the fault battery, where
+    the worker then started and ran as if never stopped. The command still exits 0 before it
+    builds the worker."""
+    built: list[object] = []
+    monkeypatch.setattr(runworker, "Worker", lambda **options: built.append(options))
+    stderr = io.StringIO()
+    monkeypatch.setattr(stop_signals.sys, "stderr", stderr)
+    real_for_command = stop_signals.for_command
+
+    def for_command() -> stop_signals.StopSignals:
+        signals = real_for_command()
+        try:  # the signal arrives inside a callback that swallows what its handler raises
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        except SystemExit:
+            pass
+        return signals
+
+    monkeypatch.setattr(stop_signals, "for_command", for_command)
+    before = signal.getsignal(signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as exited:
+        call_command("runworker", "--concurrency", "1", stdout=io.StringIO())
+
+    assert exited.value.code == 0
+    assert built == []  # no worker was built, no job claimed
+    assert signal.getsignal(signal.SIGTERM) is before
