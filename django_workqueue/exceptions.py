@@ -59,6 +59,12 @@ class SignalTimeout(WorkqueueError, TimeoutError):
     time. Caught, it is the wait's answer: the body goes on (a reminder, an escalation)."""
 
 
+class IncompatibleVersion(WorkqueueError):
+    """A job's stored checkpoints were written by a version of its task that the running code
+    does not declare compatible (``@task(version=..., compatible_versions=...)``): the job
+    fails at once, its checkpoints kept, rather than feed old checkpoints to new code."""
+
+
 class Discard(JobControl):
     """Fail the job now, straight to the dead-letter queue, whatever attempts remain.
 

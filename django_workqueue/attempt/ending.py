@@ -31,6 +31,7 @@ from ..db import ClaimedJob
 from ..exceptions import (
     DeadlineExceeded,
     Discard,
+    IncompatibleVersion,
     JobCancelled,
     JobTimeout,
     MalformedArguments,
@@ -163,7 +164,7 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
     if isinstance(exc, Snooze):  # a durable wait is one too, parked waiting for its signal
         waits = isinstance(exc, WaitingForSignal)
         return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay, waits=waits)
-    if isinstance(exc, Discard | ResultNotJSON):
+    if isinstance(exc, Discard | ResultNotJSON | IncompatibleVersion):
         return _ended(job, task, exc, OutcomeKind.DISCARD)
     if context.timed_out and isinstance(exc, JobCancelled | TimeoutError):
         exc = JobTimeout(f"{job.task_name} ran past its timeout of {task.spec.timeout}s")

@@ -128,3 +128,15 @@ def sleeps_inside_its_own_transaction(context: Any) -> Any:
     """A task without atomic=True that sleeps inside a transaction.atomic() it opened."""
     with transaction.atomic():
         context.sleep(60)
+
+
+@task(max_attempts=3, version=2)
+def sleeps_at_version_2(context: Any, seconds: float) -> Any:
+    """``sleeps_between_steps`` at version 2, which resumes no other version's checkpoints."""
+    return sleeps_between_steps.spec.func(context, seconds)
+
+
+@task(max_attempts=3, version=3, compatible_versions=(2,))
+def sleeps_at_version_3_resuming_2(context: Any, seconds: float) -> Any:
+    """At version 3, resuming the checkpoints of version 2 (and of no other)."""
+    return sleeps_between_steps.spec.func(context, seconds)
