@@ -92,7 +92,7 @@ class Checkpoints:
         assert wakes_at is not None  # a sleep's checkpoint always has one
         remaining = (wakes_at - now).total_seconds()
         if remaining > 0:
-            raise Sleeping(delay=remaining)
+            raise Sleeping(delay=remaining, until=wakes_at)
 
     def wait_for_signal(self, name: Any, timeout: Any) -> Any:
         """The payload of the signal ``name`` this wait of the body took: at once if one is
@@ -144,7 +144,7 @@ class Checkpoints:
             result = {}
         if not result:
             delay = 0.0 if times_out is None else (times_out - now).total_seconds()
-            raise WaitingForSignal(name, delay=delay)
+            raise WaitingForSignal(name, delay=delay, until=times_out)
         return result
 
     def _wait(self, ordinal: str) -> tuple[int, Any, datetime | None] | None:
