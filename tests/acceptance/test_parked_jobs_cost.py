@@ -118,6 +118,6 @@ def test_an_idle_worker_beside_parked_jobs_sends_what_an_idle_worker_alone_sends
     )
     acting = [shape for shape in beside if shape.startswith(_ACTING_ON_PARKED)]
     assert not acting, f"statements that act on parked jobs, none of which fell due: {acting}"
-    print(f"\nby shape (alone, beside): {[(a, beside[k]) for k, a in alone.most_common()]}")
+    print(f"\nby shape (alone, beside): {[(k[:70], a, beside[k]) for k, a in alone.most_common()]}")
     print(f"\nstatements: alone {sum(alone.values())}, beside {2 * PARKED:,} parked jobs "
           f"{sum(beside.values())}, over {REAPER_PASSES} reaper passes")  # fmt: skip
