@@ -13,7 +13,13 @@ around the drain it reads:
   per execution of a prepared statement, whatever the client library. ``BEGIN`` and
   ``COMMIT`` count as statements: each is a round trip for the client and work for the server;
 * the database's committed transactions (``pg_stat_database.xact_commit``; a backend reports
-  its counts when it goes idle or exits, so the read waits until the workers have exited).
+  its counts when it goes idle or exits, so the read waits until the workers have exited);
+* the CPU time of the database's backends (``BackendCPU``: ``/proc/<pid>/stat`` of every
+  process whose title is ``postgres: ... <user> <database> ...``, sampled every 20 ms through the
+  window; ``pg_stat_statements`` is not loaded on this server). A backend's last < 20 ms before
+  it exits are missed, and the server's shared processes (WAL writer, checkpointer) are left
+  out: a lower bound, the same for every system. Only where the server runs on this machine
+  (its backends are in this ``/proc``); otherwise left out and said to be.
 
 The statements come from the server's log file (``BENCH_PG_LOG``, by default Debian's
 ``/var/log/postgresql/postgresql-<major>-main.log``); the log lines must name the database
@@ -30,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +66,63 @@ def log_path() -> Path | None:
         return None
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class BackendCPU:
+    """CPU seconds spent by the backends of ``database`` while the sampler runs (see above)."""
+
+    def __init__(self, database: str, interval: float = 0.02) -> None:
+        self._title = re.compile(rb"^postgres: (?:[^:\x00]*: )?\S+ " + re.escape(database.encode())
+                                 + rb" ")  # fmt: skip
+        self.interval = interval
+        self._start: dict[int, int] = {}  # backends present at the start: their ticks then
+        self._last: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.found = False  # any backend of the database seen (the server is on this machine)
+
+    def _backends(self) -> dict[int, int]:
+        ticks = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                    if not self._title.match(handle.read()):
+                        continue
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+        return ticks
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        for pid, ticks in self._backends().items():
+            self.found = True
+            self._last[pid] = max(ticks, self._last.get(pid, 0))
+
+    def __enter__(self) -> BackendCPU:
+        self._start = self._backends()
+        self._last = dict(self._start)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        # A backend seen only during the window started in it: from zero (a fork's counts do).
+        ticks = sum(last - self._start.get(pid, 0) for pid, last in self._last.items())
+        self.seconds = ticks / _TICK
+
+
 class Window:
     """WAL, logged statements and committed transactions of ``database`` over a window."""
 
@@ -74,9 +138,12 @@ class Window:
             self._offset = self.log.stat().st_size
         self._wal = _wal_position()
         self._commits = _commits(self.database)
+        self._cpu = BackendCPU(self.database).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._cpu.__exit__()
+        self.cpu = self._cpu.seconds if self._cpu.found else None
         self.wal = _wal_position() - self._wal
         if self.log is not None:
             pgadmin.execute("postgres", f'ALTER DATABASE "{self.database}" RESET log_statement')
@@ -124,7 +191,14 @@ def _once(system: System, setting: dict[str, Any], jobs: int, log: Path | None) 
         assert fill.statements is not None and drain.statements is not None
         point["enqueue_statements"] = fill.statements / jobs
         point["drain_statements"] = drain.statements / jobs
+    if drain.cpu is not None:
+        point["drain_pg_cpu_ms_per_1000"] = drain.cpu * 1000 / jobs * 1000
     return point
+
+
+# Settings measured beside the best one (issue 32: PgQueuer's batch nearest our pass size, and
+# its best): their metrics get the suffix ``_batch<n>``.
+EXTRA_SETTINGS = {"pgqueuer": [{"batch_size": 100}, {"batch_size": 500}]}
 
 
 def db_cost(
@@ -135,9 +209,24 @@ def db_cost(
     if server_log is None:
         log(f"{system.name}: db_cost: the server's log cannot be read (set BENCH_PG_LOG): "
             f"statements per job are left out")  # fmt: skip
-    points = [_once(system, setting, jobs, server_log) for _ in range(reps)]
-    detail = {"n": jobs, "setting": system.describe(setting)}
-    out = {f"db_{key}": summary([p[key] for p in points], **detail) for key in points[0]}
+    measured: dict[str, list[dict[str, float]]] = {}
+    out: dict[str, Any] = {}
+    extras = [
+        (extra, f"_batch{extra['batch_size']}") for extra in EXTRA_SETTINGS.get(system.name, [])
+    ]
+    for each, suffix in [(setting, ""), *extras]:
+        key = system.describe(each)
+        if key not in measured:
+            measured[key] = [_once(system, each, jobs, server_log) for _ in range(reps)]
+            _log_point(system, key, measured[key], log)
+        points = measured[key]
+        detail = {"n": jobs, "setting": key}
+        out.update({f"db_{name}{suffix}": summary([p[name] for p in points], **detail)
+                    for name in points[0]})  # fmt: skip
+    return out
+
+
+def _log_point(system: System, setting: str, points: list[dict[str, float]], log: Log) -> None:
     median = {key: statistics.median(p[key] for p in points) for key in points[0]}
     statements = (
         f"; statements per job: fill {median['enqueue_statements']:.3f}, drain "
@@ -145,8 +234,9 @@ def db_cost(
         if "drain_statements" in median
         else ""
     )
-    log(f"{system.name}: database cost per job [{detail['setting']}]: WAL fill "
+    cpu = median.get("drain_pg_cpu_ms_per_1000")
+    backends = "" if cpu is None else f"; PostgreSQL backends' CPU {cpu:,.0f} ms per 1,000 jobs"
+    log(f"{system.name}: database cost per job [{setting}]: WAL fill "
         f"{median['enqueue_wal']:,.0f} B, drain {median['drain_wal']:,.0f} B; transactions "
         f"fill {median['enqueue_commits']:.4f}, drain {median['drain_commits']:.4f}"
-        f"{statements}")  # fmt: skip
-    return out
+        f"{statements}{backends}")  # fmt: skip

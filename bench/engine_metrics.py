@@ -6,6 +6,10 @@
   then beside a million jobs scheduled an hour ahead.
 * ``queue_claim`` (item 10): one claim from one queue and from two, ready jobs in both.
 * ``cancel_latency`` (item 7): ``cancel_job`` to ``context.cancelled`` in a running task.
+* ``engine`` (issue 32 item 3): µs per job of the engine alone, a drain through a null driver
+  (``bench/null_engine.py``), the per-job line off and on; measured once, beside the SQLite
+  file (the per-pass bookkeeping's few statements go there; the database is not what is
+  measured).
 
 Each returns ``{metric: summary}``; metric names get the system's ``metric_prefix`` (``sqlite_``
 on SQLite), and all are recorded under ``workqueue`` beside the comparison's figures.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from .metrics import Log, Sizes
@@ -171,8 +176,41 @@ def cancel_latency(system: System, sizes: Sizes, reps: int, log: Log) -> dict[st
     }
 
 
+ENGINE_PROFILE = Path(__file__).resolve().parent / "results" / "engine-profile.txt"
+ENGINE_CONCURRENCY = (8, 32)  # jobs per pass: the per-pass part shrinks as it grows
+
+
+def engine(system: System, sizes: Sizes, reps: int, log: Log) -> dict[str, Any]:
+    """µs per job of the engine alone (``bench/null_engine.py``): wall and CPU, line off/on."""
+    prefix = _prefix(system)
+    if not prefix:
+        return {}  # once, on SQLite: the null driver leaves the database out of the figure
+    jobs = int(sizes.engine_jobs)
+    out: dict[str, Any] = {}
+    for concurrency in ENGINE_CONCURRENCY:
+        result = system.client("engine_budget", jobs=jobs, concurrency=concurrency, repeat=reps,
+                               profile=concurrency == ENGINE_CONCURRENCY[0])  # fmt: skip
+        detail = {"n": jobs, "concurrency": concurrency,
+                  "jobs_per_pass": result["runs"]["off"][0]["jobs_per_pass"]}  # fmt: skip
+        for line, runs in result["runs"].items():
+            for clock in ("cpu_us", "wall_us"):
+                out[f"{prefix}engine_{clock}_c{concurrency}_line_{line}"] = summary(
+                    [run[clock] for run in runs], **detail
+                )
+        if "profile" in result:
+            ENGINE_PROFILE.parent.mkdir(parents=True, exist_ok=True)
+            ENGINE_PROFILE.write_text(result["profile"])
+            log(f"engine profile (cProfile, every thread, waits left out): {ENGINE_PROFILE}")
+        cpu = {line: statistics.median(r["cpu_us"] for r in runs)
+               for line, runs in result["runs"].items()}  # fmt: skip
+        log(f"engine alone (null driver), concurrency {concurrency}: {cpu['off']:.1f} µs CPU "
+            f"per job, line off; {cpu['on']:.1f} line on")  # fmt: skip
+    return out
+
+
 # metric name on the command line (bench/run.py ENGINE_METRICS) -> measurement
 MEASUREMENTS = {
+    "engine": engine,
     "future_backlog": future_backlog,
     "idle_poll": idle_poll,
     "queue_claim": queue_claim,

@@ -38,6 +38,21 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "lower",
     ),
     "db_drain_commits": ("drain: transactions per job", "xacts/job", "lower"),
+    "db_drain_pg_cpu_ms_per_1000": (
+        "drain: PostgreSQL backends' CPU per 1,000 jobs",
+        "ms",
+        "lower",
+    ),
+    **{
+        f"db_drain_{key}_batch{n}": (f"drain: {label}, PgQueuer batch_size={n}", unit, "lower")
+        for n in (100, 500)
+        for key, label, unit in (
+            ("wal", "WAL per job", "B/job"),
+            ("statements", "statements per job", "stmts/job"),
+            ("commits", "transactions per job", "xacts/job"),
+            ("pg_cpu_ms_per_1000", "backends' CPU per 1,000 jobs", "ms"),
+        )
+    },
     "db_enqueue_wal": ("bulk fill (calls of 5,000): WAL per job", "B/job", "lower"),
     "db_enqueue_statements": ("bulk fill: statements per job", "stmts/job", "lower"),
     "latency_p50": ("pickup latency p50 (LISTEN/NOTIFY where offered)", "ms", "lower"),
@@ -111,6 +126,11 @@ ENGINE_METRICS: dict[str, tuple[str, str, str]] = {
     "signals_cost_ratio": ("drain without receivers / with, paired", "ratio", "lower"),
     "signals_gate_ns": ("signal code per job with no receiver", "ns", "lower"),
     "signals_gate_share": ("that code's share of a job's drain time", "%", "lower"),
+    **{f"engine_{clock}_c{n}_line_{line}": (
+        f"engine alone (null driver), concurrency {n}, per-job line {line}: {what}",
+        "µs/job", "lower")
+       for n in (8, 32) for line in ("off", "on")
+       for clock, what in (("cpu_us", "process CPU"), ("wall_us", "wall time"))},
     "pools_cpu_threads": ("drain of CPU-bound jobs (~20 ms each), --pool threads, best "
                           "concurrency", "jobs/s", "higher"),
     "pools_cpu_processes": ("the same, --pool processes, best concurrency", "jobs/s", "higher"),
@@ -238,6 +258,21 @@ def targets(results: dict[str, Any], poll_interval: float) -> list[dict[str, Any
                _median(results, "db_drain_statements", "pgqueuer")), 1.0, "lower", "x"),
         ("SQLite drain ≥ 2,000 jobs/s", _median(results, "sqlite_drain", wq), 2000.0, "higher",
          " jobs/s"),
+        ("issue 32: statements per drained job ≤ 1.5x PgQueuer's at batch 100",
+         ratio(_median(results, "db_drain_statements", wq),
+               _median(results, "db_drain_statements_batch100", "pgqueuer")), 1.5, "lower", "x"),
+        ("issue 32: transactions per drained job ≤ 1.5x PgQueuer's at batch 100",
+         ratio(_median(results, "db_drain_commits", wq),
+               _median(results, "db_drain_commits_batch100", "pgqueuer")), 1.5, "lower", "x"),
+        ("issue 32: WAL per drained job ≤ PgQueuer's at batch 100",
+         ratio(_median(results, "db_drain_wal", wq),
+               _median(results, "db_drain_wal_batch100", "pgqueuer")), 1.0, "lower", "x"),
+        ("issue 32: PostgreSQL CPU per 1,000 jobs ≤ PgQueuer's at batch 100",
+         ratio(_median(results, "db_drain_pg_cpu_ms_per_1000", wq),
+               _median(results, "db_drain_pg_cpu_ms_per_1000_batch100", "pgqueuer")), 1.0,
+         "lower", "x"),
+        ("issue 32: engine alone ≤ 40 µs/job (null driver, CPU, concurrency 8, line off)",
+         _median(results, "sqlite_engine_cpu_us_c8_line_off", wq), 40.0, "lower", " µs"),
     ]  # fmt: skip
     rows += _engine_targets(results)
     rows.append(

@@ -11,6 +11,7 @@
     python bench/run.py --metrics flow_claim  # what flow control costs a claim
     python bench/run.py --metrics skip_queue_latency  # enqueue to start, with/without skip_queue
     python bench/run.py --metrics signals_cost  # a drain with and without signal receivers
+    python bench/run.py --metrics engine  # µs per job of the engine alone (null driver)
     python bench/run.py --systems workqueue,pgqueuer --metrics drain,db_cost  # WAL, statements
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
     python bench/run.py --metrics scaling_curve  # 1-8 processes, PostgreSQL vs Python CPU
@@ -44,7 +45,7 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
                   "skip_queue_latency", "signals_cost", "pools", "scaling_curve",
-                  "idle_fleet")  # fmt: skip
+                  "idle_fleet", "engine")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "db_cost", "backlog", "sustained", "scaling",
                "sqlite", *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
@@ -96,6 +97,7 @@ SIZES = {
     "idle_workers": 50,  # idle runworker processes whose database cost is counted ...
     "idle_settle": 90,  # ... once all listen and a poll cycle (60-90 s) has passed ...
     "idle_seconds": 120,  # ... over this many seconds (two cycles: start-up effects averaged out)
+    "engine_jobs": 20_000,  # no-op jobs per in-process drain through the null driver
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -107,7 +109,7 @@ QUICK_SIZES = {
     "flow_keys": 50, "flow_claims": 20, "skip_queue": 10, "signals_jobs": 50,
     "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
     "curve_noop": 100, "curve_io": 50, "curve_processes": 2,
-    "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5,
+    "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5, "engine_jobs": 300,
 }  # fmt: skip
 
 

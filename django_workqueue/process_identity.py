@@ -42,9 +42,19 @@ def _scope() -> str | None:
     return f"{namespace}:{boot}"
 
 
+_own: tuple[int, str | None] | None = None  # (pid, token): read once per process
+
+
 def own_token() -> str | None:
-    """This process's identity as a string (``WorkerProcess.liveness``), or None off Linux."""
-    return token_of(os.getpid())
+    """This process's identity as a string (``WorkerProcess.liveness``), or None off Linux.
+
+    Read from ``/proc`` once per process (a worker asks before every claim, and its boot,
+    namespace and start time cannot change while it runs); a forked child reads its own."""
+    global _own
+    pid = os.getpid()
+    if _own is None or _own[0] != pid:
+        _own = (pid, token_of(pid))
+    return _own[1]
 
 
 def token_of(pid: int) -> str | None:

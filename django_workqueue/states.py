@@ -33,12 +33,23 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
         {Status.READY, Status.SCHEDULED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
     ),
     # scheduled -> ready: the promoter, once run_after has come (or an operator's retry).
-    Status.SCHEDULED: frozenset({Status.READY, Status.CANCELLED, Status.HELD, *_EXTERNALLY}),
+    # scheduled | ready -> blocked: a released dependent that has not started waits again for a
+    # prerequisite redriven (workflow/resume.py), when its run condition says wait.
+    Status.SCHEDULED: frozenset(
+        {Status.READY, Status.BLOCKED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
+    ),
     # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
     # a job whose body returned just as it was released (see Worker._release_remaining);
     # ready -> scheduled: a unique enqueue with on_conflict="replace" restarted its timer.
     Status.READY: frozenset(
-        {Status.RUNNING, Status.SCHEDULED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
+        {
+            Status.RUNNING,
+            Status.SCHEDULED,
+            Status.BLOCKED,
+            Status.CANCELLED,
+            Status.HELD,
+            *_EXTERNALLY,
+        }
     ),
     # waiting: parked on context.wait_for_signal (no slot, no lease); -> ready once a signal
     # it waits for arrives or its timeout passes (the body runs again and takes it); -> held

@@ -91,6 +91,17 @@ def client_enqueue_jobs(
     return {"seconds": time.perf_counter() - started, "status": _status_of(jobs[-1].pk)}
 
 
+def client_engine_budget(jobs: int, concurrency: int, repeat: int, profile: bool) -> Any:
+    """The engine's µs per job through a null driver (``bench/null_engine.py``)."""
+    import os
+
+    os.environ["WORKQUEUE_REALTIME"] = "off"  # before the settings are read
+    _tasks()
+    from bench import null_engine
+
+    return null_engine.budget(jobs, concurrency, repeat, profile)
+
+
 def client_calibrate_cpu(milliseconds: float, probe: int = 200_000, tries: int = 7) -> int:
     """The iterations of ``workqueue_tasks.spin`` that take about ``milliseconds`` here: the
     fastest of ``tries`` timed runs of ``probe`` iterations, scaled (so a busy moment of the

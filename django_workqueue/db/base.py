@@ -31,7 +31,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from ..models import IdempotencyClaim, Job, Queue, StatsCounter
+from ..models import FlowLimit, IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
 from ..states import ACTIVE, AWAITING_PREREQUISITES, Status, transition
 
@@ -514,6 +514,42 @@ class Driver(abc.ABC):
             key = row[0] or ""  # never None: the filter is flow_key > key
             groups.append(FlowGroup(queue, key, row[1]))
         return groups
+
+    def lock_flow_limits(
+        self, keys: Sequence[str], counted: Collection[str]
+    ) -> dict[str, tuple[list[list[float]], int]]:
+        """Lock the ``FlowLimit`` rows of ``keys`` in key order, skipping a row another
+        session holds locked (where rows lock; SQLite's claim holds the write lock), and return
+        {locked key: (its recorded starts, its running jobs)}, in one statement, inside the
+        caller's transaction. Running jobs are counted for the keys in ``counted`` only (0 for
+        the others): a count walks every running job of its key."""
+        if not keys:
+            return {}
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        lock = (
+            " FOR UPDATE OF l SKIP LOCKED"
+            if self.connection.features.has_select_for_update_skip_locked
+            else ""
+        )
+        counted = [key for key in keys if key in counted]
+        running = (
+            f"CASE WHEN l.key IN ({', '.join(['%s'] * len(counted))}) THEN (SELECT count(*) "
+            f"FROM {self.table} AS j WHERE j.status = 'running' AND j.flow_key IS NOT NULL "
+            f"AND j.flow_key = l.key) ELSE 0 END"
+            if counted
+            else "0"
+        )
+        sql = (
+            f"SELECT l.key, l.starts, {running} FROM {limits} AS l "
+            f"WHERE l.key IN ({', '.join(['%s'] * len(keys))}) ORDER BY l.key{lock}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [*counted, *keys])
+            rows = cursor.fetchall()
+        return {
+            key: (json.loads(starts) if isinstance(starts, str) else starts or [], int(n))
+            for key, starts, n in rows
+        }
 
     @abc.abstractmethod
     def claim_flow(

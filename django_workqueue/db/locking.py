@@ -145,9 +145,9 @@ def operation(alias: str, what: str, write: Callable[[], R]) -> R:
     """Run an operation's ``write`` (one transaction that ends or changes jobs) with its waits
     for rows other sessions hold bounded by ``OPERATION_LOCK_WAIT``: past it, ``RowLocked``.
     A deadlock the database broke by aborting this side is tried again (twice): nothing of it
-    was kept. Jobs are locked in id order and workflows last, as every completion does, but a
-    graph whose ids do not follow its edges (a continuation, ``depends_on`` on an older job) can
-    still meet a completion in the other order."""
+    was kept. Operations take rows in the lock order of workflow/locks.py (workflows, jobs,
+    dependents), as every completion does; a dependent in another workflow than its
+    prerequisite is the one case outside it."""
     driver = driver_for(alias)
     for attempt in range(1, 4):
         try:

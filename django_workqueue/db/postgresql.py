@@ -762,18 +762,30 @@ class PostgresDriver(Driver):
         )
 
     def _unheld(self, skip_locked: bool) -> str:
-        """The ``free`` rows of outcome batch ``v`` (see ``_lockable``): with ``skip_locked``,
-        also none whose workflow's row another session holds (db/locking.py: a locked
-        workflow row keeps only its own jobs' outcomes for later, never the batch). The
-        workflow rows are taken first, never waited for, so the workflow effects written
-        after it in this transaction find them held already."""
-        if not skip_locked:
-            return f"free AS MATERIALIZED ({self._lockable(False)})"
+        """The ``free`` rows of outcome batch ``v`` (see ``_lockable``), after the batch's
+        workflow rows: the lock order of workflow/locks.py (workflow rows, then job rows, in
+        id order), so the workflow effects written after it in this transaction find them
+        held already. With ``skip_locked``, neither is waited for: a job whose row, or whose
+        workflow's row, another session holds is left for later (db/locking.py: a locked
+        workflow row keeps only its own jobs' outcomes back, never the batch). ``FOR NO KEY
+        UPDATE``, as ``lock_workflows`` takes them: a job inserted into the workflow (its
+        foreign key's ``KEY SHARE``) does not wait for a worker's write."""
         flows = Workflow._meta.db_table
-        return (
+        skip = " SKIP LOCKED" if skip_locked else ""
+        workflows = (
             f"flows AS MATERIALIZED (SELECT w.id FROM {flows} AS w WHERE w.id IN "
             f"  (SELECT j.workflow_id FROM {self.table} AS j JOIN v ON j.id = v.id) "
-            f"  ORDER BY w.id FOR UPDATE OF w SKIP LOCKED), "
+            f"  ORDER BY w.id FOR NO KEY UPDATE OF w{skip})"
+        )
+        if not skip_locked:
+            # The rows are waited for. count(*) reads the whole of flows (a CTE nothing reads
+            # is never run) before the UPDATE takes its first job row.
+            return (
+                f"{workflows}, free AS MATERIALIZED (SELECT v.id FROM v, "
+                f"  (SELECT count(*) FROM flows) AS held)"
+            )
+        return (
+            f"{workflows}, "
             f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
             f"  WHERE j.workflow_id IS NULL OR j.workflow_id IN (SELECT id FROM flows) "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)"
@@ -831,8 +843,9 @@ class PostgresDriver(Driver):
         # One statement for every dependent, however many: each row's counters change
         # relative to what they are (the row lock serialises two prerequisites ending at once,
         # and the second sees the first's count), and only while the row still waits.
-        # The rows are locked in id order first (the lock order every transaction that ends
-        # jobs follows), not in whatever order the UPDATE's plan visits them.
+        # The rows are locked in id order first (the lock order of workflow/locks.py, after the
+        # workflows' and the ending jobs' rows), not in whatever order the UPDATE's plan visits
+        # them.
         sql = (
             f"WITH v AS (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) "
             f"  AS r(id bigint, n integer, s integer)), "

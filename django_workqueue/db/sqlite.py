@@ -35,6 +35,7 @@ from .base import (
     Driver,
     Encoded,
     Ended,
+    FlowGroup,
     FlowPick,
     Inserted,
     NewJob,
@@ -214,6 +215,48 @@ class SQLiteDriver(Driver):
         jobs = [_claimed(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        # The generic walk's skip scan of wq_job_flow, each walk in one statement (a recursive
+        # CTE, one index probe per key): from the cursor on, then, only when that came short,
+        # from the first key up to the cursor. Keys compare as the index orders them (BINARY:
+        # UTF-8 bytes, the order of Python's str); with several queues, the keys of all in
+        # (key, queue) order.
+        ahead = self._walk_keys(queues, after, None, limit)
+        if len(ahead) < limit and after:
+            ahead += self._walk_keys(queues, "", after, limit)[: limit - len(ahead)]
+        return ahead
+
+    def _walk_keys(
+        self, queues: Sequence[str], low: str, high: str | None, limit: int
+    ) -> list[FlowGroup]:
+        if not queues or limit <= 0:
+            return []
+        ready = (
+            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' "
+            f"AND flow_key IS NOT NULL AND queue = {{queue}}"
+        )
+        bound = "" if high is None else " AND flow_key <= :high"
+        step = f"SELECT flow_key {ready} AND flow_key > {{low}}{bound} ORDER BY flow_key LIMIT 1"
+        served = " UNION ALL ".join(f"SELECT :q{i}" for i in range(len(queues)))
+        sql = (
+            f"WITH RECURSIVE served(name) AS ({served}), walk(queue, key, n) AS ("
+            f"SELECT s.name, ({step.format(queue='s.name', low=':low')}), 1 FROM served AS s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = s.name AND p.paused_at IS NOT NULL) "
+            f"UNION ALL SELECT w.queue, ({step.format(queue='w.queue', low='w.key')}), w.n + 1 "
+            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit) "
+            f"SELECT w.queue, w.key, (SELECT task_name "
+            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) "
+            f"FROM walk AS w WHERE w.key IS NOT NULL"
+        )
+        params: dict[str, Any] = {"low": low, "high": high, "limit": limit}
+        params.update((f"q{i}", queue) for i, queue in enumerate(queues))
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (row[1], row[0]))
+        return [FlowGroup(queue, key, task) for queue, key, task in rows[:limit]]
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None

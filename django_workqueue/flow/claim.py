@@ -28,13 +28,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Count
 from django.db.models.functions import Now
 
 from ..db import ClaimedJob, Driver, FlowGroup, FlowPick
-from ..models import FlowLimit, Job
+from ..models import FlowLimit
 from ..registry import TaskSpec, find_task, registered_tasks
-from ..states import Status
 from .keys import BATCH, LIMIT
 
 # Keys walked per claim beyond the jobs wanted: room for keys at their limit. At most
@@ -126,21 +124,15 @@ class FlowClaimer:
     ) -> list[ClaimedJob]:
         alias = self.driver.alias
         keys = sorted(limits)
-        locked = self._lock(keys)
+        counted = {key for key in keys if limits[key].concurrency is not None}
+        # One statement: the rows locked, their starts and their keys' running jobs.
+        locked = self.driver.lock_flow_limits(keys, counted)
         missing = [key for key in keys if key not in locked]
         if missing:  # new keys get their row; a key another worker holds is skipped again
             FlowLimit.objects.using(alias).bulk_create(
                 [FlowLimit(key=key) for key in missing], ignore_conflicts=True
             )
-            locked.update(self._lock(missing))
-        counted = [key for key in locked if limits[key].concurrency is not None]
-        running = dict(
-            Job.objects.using(alias)
-            .filter(status=Status.RUNNING, flow_key__in=counted)
-            .values_list("flow_key")
-            .annotate(n=Count("id"))
-            .values_list("flow_key", "n")
-        )
+            locked.update(self.driver.lock_flow_limits(missing, counted))
         rated = [key for key in locked if limits[key].rate is not None]
         if rated and now is None:
             # The starts are stamped with this clock, and the claim uses it as the jobs'
@@ -154,11 +146,12 @@ class FlowClaimer:
             if row is None:  # another worker is claiming this key right now
                 room[key] = 0
                 continue
+            starts, running = row
             free = limit
             if spec.concurrency is not None:
-                free = min(free, spec.concurrency - running.get(key, 0))
+                free = min(free, spec.concurrency - running)
             if spec.rate is not None:
-                recent = kept[key] = _recent(row.starts, clock, spec.rate.period)
+                recent = kept[key] = _recent(starts, clock, spec.rate.period)
                 free = min(free, spec.rate.count - int(sum(n for _, n in recent)))
                 if free <= 0 and recent:
                     self._held_until(recent[0][0] + spec.rate.period - clock)
@@ -170,21 +163,12 @@ class FlowClaimer:
                 started[job.flow_key] = started.get(job.flow_key, 0) + 1
         for key in rated:  # a few keys: one small write each, only when something changed
             count = started.get(key, 0)
-            if count or len(kept[key]) != len(locked[key].starts):
+            if count or len(kept[key]) != len(locked[key][0]):
                 starts = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
                 FlowLimit.objects.using(alias).filter(key=key).update(
                     starts=starts, updated_at=Now()
                 )
         return jobs
-
-    def _lock(self, keys: list[str]) -> dict[str, FlowLimit]:
-        rows = (
-            FlowLimit.objects.using(self.driver.alias)
-            .filter(key__in=keys)
-            .order_by("key")
-            .select_for_update(skip_locked=True)
-        )
-        return {row.key: row for row in rows}
 
     def _held_until(self, seconds: float) -> None:
         at = time.monotonic() + max(0.0, seconds)

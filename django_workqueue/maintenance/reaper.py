@@ -131,10 +131,11 @@ class Reaper(Service):
                 self.alias, [(r.id, r.attempt, r.owner, r.queue) for r in reaped], ended
             )
             # A job whose attempts are spent ends here: its dependents and workflow learn of it
-            # in this transaction, once every owner's jobs are written (the lock order: jobs,
-            # then their dependents, then workflows).
+            # in this transaction, once every owner's jobs are written (the lock order of
+            # workflow/locks.py: the workflows' and jobs' rows are held by the write already,
+            # then their dependents; the counters on the workflow rows held).
             release.settle(self.alias, ended)
-            # Counters last, as a worker's completion takes them (jobs, dependents, workflows,
+            # Counters last, as a worker's completion takes them (workflows, jobs, dependents,
             # counters): one statement for every owner's jobs, its rows in key order, so a
             # reaper and a worker never lock in opposite orders.
             stats_counters.count(

@@ -244,18 +244,21 @@ def _delete_workflow_batch(db: str, policy: Policy, clock: Any) -> tuple[dict[st
         workflow_ids = list(oldest_first[:BATCH_SIZE])
         if not workflow_ids:
             return {}, 0
-        # The lock order of every transaction that ends jobs: jobs (in id order), then their
-        # workflows. The workflows are checked again under their locks: one redriven meanwhile
-        # is running again, and keeps its jobs.
+        # The lock order (workflow/locks.py): the workflows first, checked again under their
+        # locks (one redriven meanwhile is running again, and keeps its jobs), then their jobs
+        # in id order (one another session holds is left for a later pass).
+        still = list(
+            eligible.select_for_update()
+            .filter(pk__in=workflow_ids)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         rows = list(
             Job.objects.using(db)
             .select_for_update(skip_locked=True)
-            .filter(workflow_id__in=workflow_ids)
+            .filter(workflow_id__in=still)
             .order_by("pk")
             .values_list("pk", "status")[:BATCH_SIZE]
-        )
-        still = list(
-            eligible.select_for_update().filter(pk__in=workflow_ids).values_list("pk", flat=True)
         )
         targets = Job.objects.using(db).filter(
             policy.expired(clock), pk__in=[pk for pk, _ in rows], workflow_id__in=still

@@ -22,6 +22,7 @@ from ..db import driver_for, locking
 from ..models import Job
 from ..states import Status, transition
 from ..workflow.effects import Effects
+from ..workflow.locks import lock_jobs
 from ..workflow.prerequisites import standing
 from .jobs import WAITING, OperationResult, _jobs
 
@@ -79,12 +80,13 @@ def _release(jobs: Any, job_id: int) -> str | None:
     """Release the job if it is held, in one transaction; return its new status."""
     db = jobs.db
     with transaction.atomic(using=db):
-        # Its prerequisites first, in id order, then the job: the lock order of every
-        # transaction that ends jobs (a prerequisite ending locks it, then its dependents).
+        # The workflows' rows, its prerequisites' rows, then its own (workflow/locks.py; a
+        # prerequisite ending locks its row, then its dependents').
         now = standing(db, [job_id]).get(job_id)
-        row = jobs.select_for_update().filter(status=Status.HELD).values_list("queue").first()
-        if row is None:
+        _, rows = lock_jobs(jobs.filter(status=Status.HELD), "queue")
+        if not rows:
             return None
+        [(_, _, queue)] = rows
         if now is not None:
             # Back to blocked on every prerequisite, then the ones that ended are counted
             # as the release engine counts any ending: released, or cancelled with the
@@ -106,7 +108,6 @@ def _release(jobs: Any, job_id: int) -> str | None:
             )
         status: str = jobs.values_list("status", flat=True).get()
         if status == Status.READY and now is None:  # the release engine notified its own
-            (queue,) = row
             driver_for(db).notify([queue])
             transaction.on_commit(functools.partial(wakeup.wake, [queue]), using=db)
     return status

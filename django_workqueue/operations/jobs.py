@@ -22,7 +22,7 @@ from ..payload import describe
 from ..registry import MAX_ATTEMPTS
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
-from ..workflow.locks import lock_workflows
+from ..workflow.locks import lock_jobs
 from ..workflow.resume import prerequisites_open, resume, revivable
 
 logger = logging.getLogger("django_workqueue.operations")
@@ -87,11 +87,12 @@ def cancel_job(job: Job | int, *, alias: str | None = None) -> OperationResult:
 def _cancel_waiting(jobs: QuerySet[Job], job_id: int) -> bool:
     """Cancel the job if it is waiting; its dependents learn of it in the same transaction."""
     with transaction.atomic(using=jobs.db):
-        if not jobs.filter(status__in=WAITING).update(
+        _, rows = lock_jobs(jobs.filter(status__in=WAITING))  # its workflow's row first
+        if not rows or not jobs.filter(status__in=WAITING).update(
             status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
         ):
             return False
-        workflow_id = jobs.values_list("workflow_id", flat=True).first()
+        [(_, workflow_id)] = rows
         release.settle(jobs.db, [Ended(job_id, Status.CANCELLED, workflow_id)])
     return True
 
@@ -135,16 +136,11 @@ def cancel_jobs(
 
 def _cancel_batch(db: str, ids: list[int]) -> tuple[int, int]:
     """Cancel the waiting jobs among ``ids`` and ask the running ones to stop, in one
-    transaction; the jobs are locked in id order, then their dependents and workflows, the
-    lock order of every transaction that ends jobs."""
+    transaction, in the lock order (workflow/locks.py): their workflows' rows, the jobs' in
+    id order, then their dependents'."""
     jobs = _jobs(db).filter(id__in=ids)
     with transaction.atomic(using=db):
-        waiting = list(
-            jobs.select_for_update()
-            .filter(status__in=WAITING)
-            .order_by("id")
-            .values_list("id", "workflow_id")
-        )
+        _, waiting = lock_jobs(jobs.filter(status__in=WAITING))
         jobs.filter(id__in=[pk for pk, _ in waiting], status__in=WAITING).update(
             status=Status.CANCELLED, cancel_requested_at=Now(), finished_at=Now()
         )
@@ -232,13 +228,12 @@ def _redrive_atomic(rows: QuerySet[Job], target: Status, attempts: int | None) -
 def _redrive_rows(rows: QuerySet[Job], target: Status, attempts: int | None) -> int:
     """Redrive ``rows`` (in the caller's transaction) and resume their workflows from them:
     dependents cancelled because they failed wait again."""
-    picked = list(rows.select_for_update().order_by("id").values_list("id", "workflow_id", "queue"))
+    # Their workflows' rows, then theirs (the lock order, workflow/locks.py): a workflow
+    # cancelled since the selection was read gets nothing back.
+    cancelled, picked = lock_jobs(rows, "queue")
+    picked = [row for row in picked if row[1] not in cancelled]
     # A step redriven while some of its prerequisites are still open waits for them again.
     waiting = prerequisites_open(rows.db, [pk for pk, wf, _ in picked if wf is not None])
-    # Then their workflows' rows (the lock order, workflow/locks.py): a workflow cancelled
-    # since the selection was read gets nothing back.
-    cancelled = lock_workflows(rows.db, [wf for _, wf, _ in picked])
-    picked = [row for row in picked if row[1] not in cancelled]
     if not picked:
         return 0
     ids = [pk for pk, _, _ in picked]

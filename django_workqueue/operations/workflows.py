@@ -17,7 +17,7 @@ from ..models import Job, Workflow
 from ..payload import describe, storable_text
 from ..states import ACTIVE, Status, transition
 from ..workflow import release
-from ..workflow.locks import lock_workflows
+from ..workflow.locks import lock_jobs, lock_workflows
 from .jobs import WAITING, OperationResult, _jobs
 
 _FINISHABLE = (*WAITING, Status.RUNNING)
@@ -69,11 +69,10 @@ def _finish_once(
 ) -> OperationResult:
     verb = "completed" if target == Status.SUCCEEDED else "failed"
     with transaction.atomic(using=jobs.db):
-        row = jobs.select_for_update().values_list("status", "workflow_id", "errors", "attempt")
-        found = row.first()
-        if found is None:
+        _, rows = lock_jobs(jobs, "status", "errors", "attempt")  # its workflow's row first
+        if not rows:
             raise Job.DoesNotExist(f"there is no job {job_id}")
-        status, workflow_id, errors, attempt = found
+        [(_, workflow_id, status, errors, attempt)] = rows
         if status not in _FINISHABLE:
             return OperationResult(
                 action="unchanged", count=0, message=f"job {job_id} already finished ({status})"
@@ -104,10 +103,15 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
     """Cancel a workflow: its waiting jobs end cancelled and never run, its running jobs are
     asked to stop (as ``cancel_job`` asks), and steps they add at run time are not written.
 
-    The workflow is marked cancelled first, in a transaction of its own, then its jobs are
-    cancelled (docs/explanation/architecture.md, the lock order). Called inside a transaction,
-    both are part of it, and the workflow's row stays locked until it commits: a worker
-    finishing one of its steps waits for that.
+    One transaction, in the lock order (workflow/locks.py): the workflow's row first, marked
+    cancelled under its lock (from then on no step is added to it and none is brought back),
+    then its jobs in id order, their dependents, and its counters. The mark needs no
+    transaction of its own: every writer of the workflow's jobs takes its row first too, so
+    none holds a job row while it waits for the workflow's, and a step added before the mark
+    was committed before this transaction got the row (the jobs read after it include it).
+    Nothing is kept if a row stays locked past the operations' bounded wait (``RowLocked``).
+    Called inside a transaction, it is part of it, and the workflow's row stays locked until
+    it commits: a worker finishing one of its steps keeps that outcome for later meanwhile.
 
     >>> cancel_workflow(wf)
     """
@@ -132,11 +136,8 @@ def cancel_workflow(workflow: Workflow | int, *, alias: str | None = None) -> Op
 def _cancel_workflow(
     db: str, jobs: QuerySet[Job], workflow_id: int, waiting: list[Status]
 ) -> tuple[list[int], list[int]]:
-    # The mark first, under the workflow's row lock, in a transaction of its own (inside a
-    # caller's transaction, a savepoint): once it is committed, no step is added to the
-    # workflow and none is brought back (workflow/locks.py). A step that added steps before
-    # the mark committed them before it, so the scan below, which starts after, sees them.
     with transaction.atomic(using=db):
+        # The workflow's row first, marked under its lock; then its jobs (workflow/locks.py).
         lock_workflows(db, [workflow_id])
         if (
             not Workflow.objects.using(db)
@@ -144,9 +145,6 @@ def _cancel_workflow(
             .update(cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()))
         ):
             raise Workflow.DoesNotExist(f"there is no workflow {workflow_id}")
-    # Then its jobs, in the lock order of every transaction that ends jobs: job rows in id
-    # order, their dependents, the workflow's row last (its counters).
-    with transaction.atomic(using=db):
         active = list(
             jobs.select_for_update()
             .filter(status__in=ACTIVE)

@@ -13,10 +13,10 @@ Its counters (``waiting_on``, ``prerequisites_succeeded``) are kept in one of tw
   graph); a held row's verdict waits for its release;
 * **recounted** from its edges by ``standing`` when a step comes back to waiting: a held step
   released (the verdict is decided then, with the prerequisite to name), a failed step
-  redriven, a dependent brought back by a workflow's resumption. The prerequisites' rows are
-  locked first (id order, the lock order of ``locks.py``), so none of them ends between being
-  read and being counted: an ending that commits later is counted down on the step, which is
-  waiting again by then.
+  redriven, a dependent brought back by a workflow's resumption. The workflows' rows and the
+  prerequisites' rows are locked first (the lock order of ``locks.py``), so none of them ends
+  between being read and being counted: an ending that commits later is counted down on the
+  step, which is waiting again by then.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ import collections
 import dataclasses
 from collections.abc import Sequence
 
+from django.db.models import Q
+
 from ..models import Dependency, Job
 from ..states import ACTIVE, Status
 from . import conditions
+from .locks import lock_workflows
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,8 +58,13 @@ def standing(alias: str, dependents: Sequence[int]) -> dict[int, Standing]:
     if not dependents:
         return {}
     edges = Dependency.objects.using(alias).filter(job_id__in=dependents)
+    named = edges.values("prerequisite_id")
+    # The workflows' rows first (the dependents' and the prerequisites', one call: id order),
+    # then the prerequisites' rows in id order (locks.py).
+    flows = Job.objects.using(alias).filter(Q(id__in=dependents) | Q(id__in=named))
+    lock_workflows(alias, flows.order_by().values_list("workflow_id", flat=True).distinct())
     locked = Job.objects.using(alias).select_for_update().order_by("id")
-    list(locked.filter(id__in=edges.values("prerequisite_id")).values_list("id"))
+    list(locked.filter(id__in=named).values_list("id"))
     # Read after the locks were granted: a prerequisite that ended (or added steps, which its
     # dependents now wait on too) while this transaction waited is seen as it committed.
     found: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)

@@ -8,8 +8,9 @@ applies the verdict of each dependent's run condition (``conditions.verdict``: r
 cancelled with a reason naming the prerequisite, which ends it in turn and is counted on its
 own dependents), and updates the counters of every workflow touched. Nothing polls.
 
-Lock order, the same in every transaction that finishes jobs (``locks.py``): the finished
-jobs' rows, then their dependents' rows, level by level, then the workflow rows, in id order.
+Lock order, the same in every transaction that finishes jobs (``locks.py``): the workflow
+rows, in id order, then the finished jobs' rows, then their dependents' rows, level by level;
+the counters last, on the workflow rows already held.
 """
 
 from __future__ import annotations

@@ -18,21 +18,22 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
 from ..models import Dependency, Job, Workflow
-from ..states import Status, transition
+from ..states import AWAITING_PREREQUISITES, Status, transition
 from . import conditions
 from .effects import UNMET_TYPE, reopen
-from .locks import lock_workflows
+from .locks import lock_jobs
 from .prerequisites import standing
 
 
 def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
     """The jobs of ``jobs`` that may leave a terminal status again (redrive, a workflow's
     resumption): none of a workflow an operator cancelled. (An ``Exists``, not a join, so that
-    a ``select_for_update`` of the jobs locks no workflow row.)"""
+    a ``select_for_update`` of the jobs locks no workflow row: ``lock_jobs`` takes those.)"""
     cancelled = Workflow.objects.filter(
         pk=OuterRef("workflow_id"), cancel_requested_at__isnull=False
     )
@@ -42,7 +43,7 @@ def revivable(jobs: QuerySet[Job]) -> QuerySet[Job]:
 def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     """Count redriven jobs (id, workflow id) open again in their workflows and bring back the
     dependents cancelled because of them; return how many dependents came back. The caller
-    holds the redriven jobs' rows and has checked their workflows (``lock_workflows``)."""
+    holds the redriven jobs' rows and has checked their workflows (``locks.lock_jobs``)."""
     counts: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for _, workflow_id in redriven:
         if workflow_id is not None:
@@ -54,16 +55,18 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
     resumed = 0
     while frontier:
         dependents = edges.filter(prerequisite_id__in=frontier).values("job_id")
+        _wait_again(alias, dependents)
+        # Their workflows' rows, then theirs, then their prerequisites' (locks.py).
+        cancelled, rows = lock_jobs(
+            revivable(jobs).filter(id__in=dependents, status=Status.CANCELLED),
+            "run_condition", "errors",
+        )  # fmt: skip
         candidates = [
             (pk, condition, workflow_id)
-            for pk, condition, workflow_id, errors in revivable(jobs.select_for_update())
-            .filter(id__in=dependents, status=Status.CANCELLED)
-            .order_by("id")
-            .values_list("id", "run_condition", "workflow_id", "errors")
+            for pk, workflow_id, condition, errors in rows
             if errors and errors[-1].get("type") == UNMET_TYPE
         ]
         stand = standing(alias, [c[0] for c in candidates])
-        cancelled = lock_workflows(alias, [c[2] for c in candidates])
         frontier = []
         for pk, condition, workflow_id in candidates:
             now = stand.get(pk)
@@ -81,6 +84,33 @@ def resume(alias: str, redriven: Sequence[tuple[int, int | None]]) -> int:
             resumed += 1
     reopen(alias, counts)
     return resumed
+
+
+_NOT_STARTED = (*AWAITING_PREREQUISITES, Status.READY, Status.SCHEDULED)
+"""Dependents that have not started: a prerequisite open again is waited for again."""
+
+
+def _wait_again(alias: str, dependents: QuerySet[Any]) -> None:
+    """The dependents of jobs open again (redriven, or brought back) that have not started
+    count them as open again, recounted by ``standing``: a ``blocked`` or ``held`` one waits
+    for them as well, and a released one (``ready``, ``scheduled``) whose run condition now
+    says wait goes back to ``blocked``. One that started has used its prerequisites' endings:
+    it is left as it is; so is one of a workflow an operator cancelled."""
+    jobs = Job.objects.using(alias)
+    # Their workflows' rows, then theirs, then their prerequisites' (locks.py).
+    cancelled, found = lock_jobs(
+        jobs.filter(id__in=dependents, status__in=_NOT_STARTED), "status", "run_condition"
+    )
+    found = [row for row in found if row[1] not in cancelled]
+    stand = standing(alias, [pk for pk, *_ in found])
+    for pk, _, status, condition in found:
+        now = stand[pk]
+        changes: dict[str, Any] = {"waiting_on": now.open, "prerequisites_succeeded": now.succeeded}
+        if status not in AWAITING_PREREQUISITES:
+            if now.verdict(condition) != conditions.Verdict.WAIT:
+                continue  # it may still run as released (any_succeeded: one did)
+            (changes["status"],) = transition(Status(status), Status.BLOCKED)
+        jobs.filter(pk=pk, status=status).update(**changes)
 
 
 def prerequisites_open(alias: str, ids: Sequence[int]) -> dict[int, tuple[int, int]]:

@@ -5,10 +5,10 @@ workflow exists if and only if the caller's transaction commits, like a single j
 same task and options are inserted together (one statement each); the edges in one more.
 
 A job may name existing jobs as prerequisites (``using(depends_on=[...])``). Those rows are
-locked first, so that none of them can end between being read and being counted: one that has
-already ended is counted at once (the new job may be released, or cancelled, in the same
-transaction); one still open and in no workflow joins the new job's workflow, so that its
-ending is counted like any step's.
+locked first (after their workflows' rows: the lock order of ``locks.py``), so that none of
+them can end between being read and being counted: one that has already ended is counted at
+once (the new job may be released, or cancelled, in the same transaction); one still open and
+in no workflow joins the new job's workflow, so that its ending is counted like any step's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..models import Dependency, Job, Workflow
 from ..states import ACTIVE, AWAITING_PREREQUISITES, TERMINAL, Status
 from .effects import Effects
 from .graph import Graph, output_ids
-from .locks import lock_workflows
+from .locks import lock_jobs, lock_workflows
 
 if TYPE_CHECKING:
     from ..decorator import Task
@@ -122,16 +122,10 @@ def _write_dependents(alias: str, graph: Graph) -> list[int]:
     workflow."""
     with transaction.atomic(using=alias):
         external = list(dict.fromkeys(pk for node in graph.nodes for pk in node.external))
-        # The prerequisites' rows, then their workflows' (the lock order, locks.py): a
+        # The prerequisites' workflows' rows, then theirs (the lock order, locks.py): a
         # cancelled workflow stays cancelled, and a job naming one of its jobs starts its own.
-        joined = dict(
-            Job.objects.using(alias)
-            .select_for_update()
-            .filter(id__in=external)
-            .order_by("id")
-            .values_list("id", "workflow_id")
-        )
-        cancelled = lock_workflows(alias, joined.values())
+        cancelled, rows = lock_jobs(Job.objects.using(alias).filter(id__in=external))
+        joined = dict(rows)
         workflow_id = next(
             (joined[pk] for pk in external if joined.get(pk) not in (None, *cancelled)), None
         )
@@ -264,18 +258,19 @@ def write_spawn(alias: str, parent: Ended, spawn: Spawn, effects: Effects) -> En
         effects.workflow(workflow_id).opened += 1
         effects.workflow(workflow_id).output = parent.id
     else:
-        if spawn.children:
-            # Its dependents' rows (they will wait for the children) before the workflow's:
-            # the lock order of locks.py, which a sibling prerequisite's ending follows too.
-            dependents = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
-            locked = Job.objects.using(alias).select_for_update().order_by("id")
-            list(locked.filter(id__in=dependents.values("job_id")).values_list("id"))
+        # The workflow's row (a worker's write holds it already), then the dependents' rows
+        # (they will wait for the children): the lock order of locks.py, which a sibling
+        # prerequisite's ending follows too.
         if lock_workflows(alias, [workflow_id]):  # cancelled: see locks.py
             logger.info(
                 "job %s: its workflow %s was cancelled; the steps it added were not written",
                 parent.id, workflow_id,
             )  # fmt: skip
             return Ended(parent.id, parent.status, workflow_id)
+        if spawn.children:
+            dependents = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
+            locked = Job.objects.using(alias).select_for_update().order_by("id")
+            list(locked.filter(id__in=dependents.values("job_id")).values_list("id"))
     ids = write_nodes(alias, spawn.graph, workflow_id, effects)
     edges = Dependency.objects.using(alias).filter(prerequisite_id=parent.id)
     if spawn.continuation is not None:

@@ -62,17 +62,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
-from django.db.models import Count, F
+from django.db.models import Count
 from django.db.models.functions import Now
-from hypothesis import HealthCheck, note, settings
+from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -96,10 +95,9 @@ from django_workqueue.worker import shutdown
 from django_workqueue.worker.completer import Completer
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect
+from tests.support.machines import FULL, Owner, machine_settings, shift_stored_times
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
-
-FULL = os.environ.get("WORKQUEUE_CHAOS") == "full"
 
 # Clock steps are multiples of 60 s; leases, delays, backoffs and deadlines are 0 or 30 s mod 60.
 ADVANCES = (60, 120, 600)
@@ -118,10 +116,6 @@ QUEUES = ("default", "mail")
 WORKER_QUEUES = (("default", "mail"), ("default",), ("mail",))
 WORKERS = len(WORKER_QUEUES)
 VERDICTS = ("succeed", "fail", "retry_later", "discard", "snooze", "snooze_later", "cooperative")
-JOB_TIMES = (
-    "run_after", "lease_expires_at", "deadline", "started_at", "enqueued_at", "finished_at",
-    "cancel_requested_at",
-)  # fmt: skip
 
 ROW_FIELDS = (
     "id", "task_name", "queue", "priority", "status", "attempt", "max_attempts",
@@ -192,19 +186,6 @@ class ModelJob:
     lease_expires: int | None = None
     cancel_requested: bool = False
     errors: int = 0
-
-
-@dataclasses.dataclass(slots=True, repr=False)
-class Owner:
-    """A simulated worker process: its id, the queues it serves, the leases it holds."""
-
-    id: str
-    queues: tuple[str, ...]
-    running: dict[int, RunningJob] = dataclasses.field(default_factory=dict)
-    crashed: bool = False
-
-    def __repr__(self) -> str:
-        return f"Owner({self.id[:8]}{', crashed' if self.crashed else ''})"
 
 
 Hold = tuple[Owner, JobContext]
@@ -701,11 +682,7 @@ class JobMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from(ADVANCES))
     def advance_clock(self, seconds: int) -> None:
         """Move every stored timestamp back: the same as the database's clock moving on."""
-        shift = timedelta(seconds=seconds)
-        Job.objects.using(self.alias).update(**{name: F(name) - shift for name in JOB_TIMES})
-        WorkerProcess.objects.using(self.alias).update(
-            started_at=F("started_at") - shift, last_seen_at=F("last_seen_at") - shift
-        )
+        shift_stored_times(self.alias, seconds)
         self.clock += seconds
 
     @rule(
@@ -933,12 +910,5 @@ def test_job_state_machine() -> None:
     """Random interleavings of every job operation keep every invariant, on this database."""
     run_state_machine_as_test(
         JobMachine,
-        settings=settings(
-            max_examples=300 if FULL else 100,
-            stateful_step_count=60 if FULL else 40,
-            deadline=None,
-            database=None,  # no .hypothesis directory in the repository; failures print a blob
-            print_blob=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
+        settings=machine_settings(examples=300 if FULL else 100, steps=60 if FULL else 40),
     )

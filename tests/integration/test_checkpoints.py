@@ -145,7 +145,13 @@ def test_a_sleep_parks_the_job_scheduled_without_charging_the_attempt(drain):
 
     job = fresh(job)
     assert job.status == Status.SCHEDULED
-    assert (job.attempt, job.attempts_charged, job.max_attempts) == (1, 0, 3)  # spent nothing
+    # Claimed once, nothing spent of either budget, max_attempts as the task says.
+    assert (job.attempt, job.attempts_charged, job.crashes_charged, job.max_attempts) == (
+        1,
+        0,
+        0,
+        3,
+    )
     assert job.lease_owner is None and job.lease_expires_at is None
     sleep = Checkpoint.objects.get(job=job, kind=Checkpoint.Kind.SLEEP)
     assert sleep.name == "1"
@@ -199,7 +205,12 @@ def test_sleep_in_an_atomic_task_commits_the_body_so_far_with_its_checkpoints(dr
     drain()
 
     job = fresh(job)
-    assert (job.status, job.attempt, job.attempts_charged) == (Status.SCHEDULED, 1, 0)
+    assert (job.status, job.attempt, job.attempts_charged, job.max_attempts) == (
+        Status.SCHEDULED,
+        1,
+        0,
+        3,
+    )
     assert Effect.objects.filter(job_id=job.pk).count() == 1
     assert set(Checkpoint.objects.filter(job=job).values_list("kind", flat=True)) == {
         "step", "sleep",

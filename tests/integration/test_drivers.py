@@ -534,3 +534,38 @@ def test_an_outcome_write_waits_for_a_row_lock_two_seconds_at_most_within_its_tr
         assert driver().record_many(OWNER, [outcome(job, OutcomeKind.SUCCEEDED, result_json="1")])
         assert lock_timeout() == "2s"
     assert (lock_timeout(), Job.objects.get(pk=job.pk).status) == (default, "succeeded")
+
+
+# --- flow control: the walk over flow keys -------------------------------------------------
+
+
+def test_flow_keys_walk_ready_keys_from_the_cursor_then_wrap_around():
+    for queue, key, task in [("default", "k1", "t.one"), ("default", "k2", "t.two"),
+                             ("default", "k3", "t.three"), ("default", "k5", "t.five"),
+                             ("mail", "k2", "t.two"), ("mail", "k6", "t.six"),
+                             ("reports", "k4", "t.four")]:  # fmt: skip
+        JobFactory.create_batch(2, queue=queue, flow_key=key, task_name=task)
+    JobFactory(queue="default", flow_key="k0", running=True)  # not ready: not walked
+    JobFactory(queue="default", flow_key="k9", status="scheduled")
+    JobFactory(queue="default")  # no flow key
+    Queue.objects.create(name="reports", paused_at=timezone.now())  # a paused queue's keys
+
+    def walk(queues: list[str], after: str, limit: int) -> list[tuple[str, str, str]]:
+        return [(g.queue, g.key, g.task_name) for g in driver().flow_keys(queues, after, limit)]
+
+    one = ["default", "reports"]  # the paused queue adds nothing
+    assert walk(one, "", 2) == [("default", "k1", "t.one"), ("default", "k2", "t.two")]
+    assert walk(one, "k2", 2) == [("default", "k3", "t.three"), ("default", "k5", "t.five")]
+    # Short after the cursor: the walk goes on from the first key, up to the cursor.
+    assert walk(one, "k3", 3) == [("default", "k5", "t.five"), ("default", "k1", "t.one"),
+                                  ("default", "k2", "t.two")]  # fmt: skip
+    assert walk(one, "k5", 10) == [
+        ("default", "k1", "t.one"), ("default", "k2", "t.two"), ("default", "k3", "t.three"),
+        ("default", "k5", "t.five"),
+    ]  # fmt: skip
+    # Several queues: each queue's keys (the order among queues is the vendor's).
+    assert sorted(walk(["default", "mail", "reports"], "k2", 10)) == [
+        ("default", "k1", "t.one"), ("default", "k2", "t.two"), ("default", "k3", "t.three"),
+        ("default", "k5", "t.five"), ("mail", "k2", "t.two"), ("mail", "k6", "t.six"),
+    ]  # fmt: skip
+    assert walk(["reports"], "", 5) == []

@@ -225,7 +225,9 @@ def test_an_atomic_job_whose_transaction_cannot_begin_is_given_back_uncharged(
     assert done.is_set()
     job = fresh(job)
     assert (job.status, job.errors) == ("ready", [])  # no failure recorded: nothing charged
-    assert job.max_attempts == budget + 1  # the attempt given back
+    # The claim is counted, no budget spent, max_attempts untouched (budgets.py).
+    assert (job.attempt, job.attempts_charged, job.crashes_charged) == (1, 0, 0)
+    assert job.max_attempts == budget
     assert not Effect.objects.filter(job_id=job.pk).exists()  # the body never ran
 
 
@@ -348,7 +350,8 @@ def test_a_held_write_lock_keeps_every_outcome_uncharged_for_the_next_pass(
 
 @pytest.mark.postgres_only  # row locks; SQLite's reaper holds the write lock for its pass
 def test_a_reaper_pass_reaps_the_other_jobs_while_rows_are_held(hold: Any) -> None:
-    past = {"attempt": 3, "max_attempts": 3}  # spent: ending it writes its workflow
+    # The crash budget spent but one (budgets.py): reaping ends it, which writes its workflow.
+    past = {"attempt": 3, "max_attempts": 3, "crashes_charged": 2}
     held_workflow = Workflow.objects.create()
     in_held_workflow = step_of(held_workflow, expired=True, **past)
     other_workflow = Workflow.objects.create()

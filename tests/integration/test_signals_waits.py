@@ -47,7 +47,12 @@ def waiting(drain, task=durable_tasks.waits_for_approval, *args) -> Job:
 def test_a_wait_parks_the_job_waiting_without_charging_the_attempt(drain):
     job = waiting(drain)
 
-    assert (job.attempt, job.attempts_charged, job.max_attempts) == (1, 0, 3)  # spent nothing
+    assert (job.attempt, job.attempts_charged, job.crashes_charged, job.max_attempts) == (
+        1,
+        0,
+        0,
+        3,
+    )
     assert job.lease_owner is None and job.lease_expires_at is None
     wait = Checkpoint.objects.get(job=job, kind=Checkpoint.Kind.WAIT)
     assert (wait.name, wait.signal, wait.result, wait.wakes_at) == ("1", "approve", None, None)

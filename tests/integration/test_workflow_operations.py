@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from django_workqueue import chain, group, operations, task
@@ -20,7 +19,12 @@ from django_workqueue.db import driver_for
 from django_workqueue.models import Dependency, Job, Workflow
 from testproject.testapp.models import LedgerEntry
 from testproject.testapp.tasks import describe_dependencies, echo, fail_step, flaky, record
-from tests.support.database import fresh, row_snapshot, sessions_waiting_for_a_lock
+from tests.support.database import (
+    fresh,
+    in_another_session,
+    row_snapshot,
+    sessions_waiting_for_a_lock,
+)
 from tests.support.settings import workqueue_settings
 from tests.support.waiting import wait_until
 from tests.support.workflows import (
@@ -267,18 +271,8 @@ def test_cancel_workflow_and_a_workers_completion_of_one_of_its_steps_do_not_dea
     release_second = hold_row(second.pk)  # so that the completion stops at the dependent
     background_worker(concurrency=1, queues=["default"])
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
-    failures: list[BaseException] = []
-
-    def cancel() -> None:
-        try:
-            operations.cancel_workflow(wf)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    canceller = threading.Thread(target=cancel)
-    canceller.start()
+    # The worker's write holds the workflow's row (taken first): the cancellation waits for it.
+    canceller, failures = in_another_session(lambda: operations.cancel_workflow(wf))
     wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
     release_second.set()
     canceller.join(30)
@@ -387,23 +381,6 @@ def fresh_workflow(wf: Workflow) -> Workflow:
 # --- operations racing a concurrent ending (PostgreSQL: row locks, READ COMMITTED) ------------
 
 
-def in_another_session(body: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
-    """Run ``body`` on a thread (its own connection); return the thread and what it raised."""
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            body()
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, failures
-
-
 def ending_held_open(job: Job) -> tuple[threading.Event, threading.Thread, list[BaseException]]:
     """Complete ``job`` in another session's transaction, kept open until the returned event
     is set: the ending is written (its row locked) but not yet visible to other sessions."""
@@ -464,9 +441,28 @@ def adds_when_told(context: Any) -> str:
     return "added one"
 
 
+@pytest.fixture
+def outcome_kept(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set when a worker's write of outcomes kept one for later: its row, or its workflow's
+    row, was held by another session (db/locking.py)."""
+    from django_workqueue.workflow import release
+
+    kept = threading.Event()
+    original = release.record
+
+    def record(*args: Any, **kwargs: Any) -> Any:
+        recorded = original(*args, **kwargs)
+        if recorded.busy:
+            kept.set()
+        return recorded
+
+    monkeypatch.setattr(release, "record", record)
+    return kept
+
+
 @pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
 def test_a_step_finishing_while_cancel_workflow_waits_for_a_job_row_adds_nothing(
-    background_worker, hold_row
+    background_worker, hold_row, outcome_kept
 ):
     proceed.clear()
     wf = group(echo.using(delay=3600).s("waiting"), adds_when_told.s()).enqueue()
@@ -478,13 +474,16 @@ def test_a_step_finishing_while_cancel_workflow_waits_for_a_job_row_adds_nothing
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the cancellation to wait")
 
     proceed.set()  # the parent succeeds while the cancellation waits for the first step
-    wait_until(lambda: statuses(parent) == ["succeeded"], message="the parent's success")
+    # The cancellation holds the workflow's row (the lock order, workflow/locks.py): the
+    # parent's success is kept for the worker's next pass, not written before it.
+    assert outcome_kept.wait(10)
     release_waiting.set()
     canceller.join(30)
     assert cancel_failed == []
+    wait_until(lambda: statuses(parent) == ["succeeded"], message="the parent's success")
 
-    # The workflow was marked cancelled before the cancellation waited for any job's row:
-    # the parent's success stands, the step it added is not written.
+    # The workflow was marked cancelled before the parent's success was written: the
+    # success stands, the step it added is not written.
     assert list(wf.jobs.order_by("id")) == [waiting, parent]
     assert statuses(waiting, parent) == ["cancelled", "succeeded"]
     assert_counters_match_jobs(wf)
@@ -508,7 +507,7 @@ def test_redrive_in_a_workflow_an_operator_cancelled_brings_no_step_back(drain):
 
 @pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
 def test_cancel_workflow_cancels_steps_added_by_its_only_running_step_as_it_finishes(
-    background_worker, hold_row
+    background_worker, hold_row, outcome_kept
 ):
     """The running step is the workflow's only open job: it ends, adding a step, while the
     cancellation waits. Either the step is written and then cancelled, or it is not written."""
@@ -518,10 +517,10 @@ def test_cancel_workflow_cancels_steps_added_by_its_only_running_step_as_it_fini
     background_worker(concurrency=1)
     wait_until(lambda: statuses(parent) == ["running"], message="the parent to start")
     release_workflow = hold_row(wf.pk, Workflow)  # both sides meet at the workflow's row
-    proceed.set()  # the parent succeeds: its completion waits for the workflow's row
-    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the completion to wait")
+    proceed.set()  # the parent succeeds: its completion keeps it while the row is held
+    assert outcome_kept.wait(10)
     canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(wf))
-    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
+    wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the cancellation to wait")
 
     release_workflow.set()
     canceller.join(30)
@@ -565,9 +564,7 @@ def test_no_operation_brings_back_a_step_of_a_cancelled_workflow(drain, operatio
 
 
 @pytest.mark.postgres_only  # two sessions at once: the row locks decide (SQLite has one writer)
-def test_a_redrive_waiting_for_a_row_while_its_workflow_is_cancelled_brings_nothing_back(
-    drain, hold_row
-):
+def test_a_redrive_and_a_cancellation_of_its_workflow_at_once_leave_nothing_to_run(drain, hold_row):
     first = echo.enqueue("first")
     step = flaky.using(max_attempts=1, depends_on=[first]).enqueue(succeed_on=2)
     after = echo.using(depends_on=[step]).enqueue("after")
@@ -576,14 +573,19 @@ def test_a_redrive_waiting_for_a_row_while_its_workflow_is_cancelled_brings_noth
     release_first = hold_row(first.pk)  # the redrive stops at its step's prerequisite
     redriver, redrive_failed = in_another_session(lambda: operations.redrive([step]))
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the redrive to wait")
+    # The redrive holds the workflow's row (the lock order, workflow/locks.py): the
+    # cancellation waits for it, then cancels what it brought back.
+    workflow_id = fresh(step).workflow_id
+    canceller, cancel_failed = in_another_session(lambda: operations.cancel_workflow(workflow_id))
+    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the cancellation to wait")
 
-    operations.cancel_workflow(fresh(step).workflow_id)  # while the redrive waits
     release_first.set()
     redriver.join(30)
+    canceller.join(30)
 
-    assert redrive_failed == []
-    assert statuses(first, step, after) == ["succeeded", "failed", "cancelled"]
-    assert_counters_match_jobs(fresh(step).workflow_id)
+    assert (redrive_failed, cancel_failed) == ([], [])
+    assert statuses(first, step, after) == ["succeeded", "cancelled", "cancelled"]
+    assert_counters_match_jobs(workflow_id)
 
 
 # --- the lock order (workflow/locks.py) --------------------------------------------------------
@@ -606,12 +608,15 @@ def ends_when_told() -> str:
 
 @pytest.mark.postgres_only  # two workers' completions at once: the row locks decide
 def test_a_step_fanning_out_and_its_sibling_ending_at_once_take_their_locks_in_one_order(
-    background_worker, hold_row, caplog
+    background_worker, hold_row, caplog, outcome_kept
 ):
-    """Both completions lock the dependent they share, then the workflow: the fan-out takes
-    the dependent's row before the workflow's (its children's check of the cancellation), as
-    the sibling's count-down does. The other way round, the sibling would hold the dependent
-    waiting for the workflow while the fan-out holds the workflow waiting for the dependent."""
+    """Both completions take the workflow's row first (``SKIP LOCKED``, the lock order of
+    workflow/locks.py), then their own row, then the dependent they share. The sibling, first,
+    holds the workflow's row while it waits for the dependent's; the fan-out finds the
+    workflow's row held and keeps its outcome for its next pass, holding nothing. With the
+    dependent's row taken before the workflow's (as the fan-out once did, when workers took
+    job rows first), one would hold the dependent waiting for the workflow while the other
+    held the workflow waiting for the dependent: a deadlock."""
     fan_out_now.clear()
     side_ends_now.clear()
     wf = group(fans_out_when_told.s(), ends_when_told.s()).then(echo.using(queue="low").s())
@@ -624,7 +629,8 @@ def test_a_step_fanning_out_and_its_sibling_ending_at_once_take_their_locks_in_o
     side_ends_now.set()  # the sibling's count-down waits for the dependent first
     wait_until(lambda: sessions_waiting_for_a_lock() == 1, message="the sibling to wait")
     fan_out_now.set()
-    wait_until(lambda: sessions_waiting_for_a_lock() == 2, message="the fan-out to wait")
+    assert outcome_kept.wait(10)  # the fan-out: the workflow's row is the sibling's
+    assert sessions_waiting_for_a_lock() == 1
 
     release_merge.set()
 

@@ -1,14 +1,15 @@
-"""The database as tests read it: its clock, rows read back, leases forced past their end, and a
-LISTEN of the wake-up channel."""
+"""The database as tests read it: its clock, rows read back, leases forced past their end, a
+LISTEN of the wake-up channel, and another session's work on a thread."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_workqueue.models import Job
 from testproject.testapp.models import LedgerEntry
@@ -99,10 +100,28 @@ def listening() -> Iterator[Any]:
 
 
 def sessions_waiting_for_a_lock() -> int:
-    """How many sessions of the test database wait for a lock now. PostgreSQL only."""
+    """How many sessions of the test database wait for a row's or a table's lock now (not
+    a would-be maintainer blocked on its holder's advisory lock). PostgreSQL only."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND wait_event <> 'advisory'"
         )
         return cursor.fetchone()[0]
+
+
+def in_another_session(body: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``body`` on a thread (its own connection); return the thread and what it raised."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, failures

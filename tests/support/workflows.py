@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_workqueue.models import Job, Workflow
@@ -24,9 +24,14 @@ def assert_counters_match_jobs(workflow: Workflow | int) -> Workflow:
     finished_at say whether any job is still open. Returns the workflow, read again."""
     pk = workflow.pk if isinstance(workflow, Workflow) else workflow
     found = Workflow.objects.get(pk=pk)
-    counted = collections.Counter(
-        Job.objects.filter(workflow_id=pk).values_list("status", flat=True)
-    )
+    assert_counted(found, Job.objects.filter(workflow_id=pk).values_list("status", flat=True))
+    return found
+
+
+def assert_counted(workflow: Workflow, statuses: Iterable[str]) -> None:
+    """``workflow``'s counters, status and finished_at, as read, agree with ``statuses``, its
+    jobs' statuses as read."""
+    counted = collections.Counter(statuses)
     expected = {
         "total": sum(counted.values()),
         "open": sum(n for status, n in counted.items() if status not in TERMINAL),
@@ -34,15 +39,17 @@ def assert_counters_match_jobs(workflow: Workflow | int) -> Workflow:
         "failed": counted["failed"],
         "cancelled": counted["cancelled"],
     }
-    assert found.counts == expected, f"workflow {pk}: counters {found.counts}, jobs {expected}"
+    pk = workflow.pk
+    assert workflow.counts == expected, (
+        f"workflow {pk}: counters {workflow.counts}, jobs {expected}"
+    )
     if expected["open"]:
-        assert (found.status, found.finished_at) == ("running", None), found
+        assert (workflow.status, workflow.finished_at) == ("running", None), workflow
     else:
         ending = (
             "failed" if counted["failed"] else "cancelled" if counted["cancelled"] else "succeeded"
         )
-        assert found.status == ending and found.finished_at is not None, found
-    return found
+        assert workflow.status == ending and workflow.finished_at is not None, workflow
 
 
 def run_one_job(drain: Callable[..., Any]) -> None:

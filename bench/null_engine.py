@@ -1,0 +1,242 @@
+"""The engine's per-job budget (issue 32 item 3): a drain through a null driver, in-process.
+
+``python bench/null_engine.py [--jobs 20000] [--concurrency 8] [--repeat 3] [--profile]``, or
+``python bench/run.py --metrics engine`` (the harness runs it through ``client_engine_budget``).
+
+A real ``Worker(burst=True)`` drains ``jobs`` no-op jobs, but its driver answers the hot path
+from memory: ``claim`` hands out jobs from a list, ``record_many`` fences each outcome against
+the leases it handed out and says what a write would have said (written, ended, timings),
+``count_stats``, ``renew_leases``, ``write_progress`` and ``notify`` touch nothing. Everything
+else of the worker runs as it does in ``runworker``: dispatch to a slot, the job's context,
+middlewares, signals, the outcome, the stats' counters, progress, the per-job log line, the
+transaction around the pass's writes (an empty one on a local SQLite file: its BEGIN and
+COMMIT are in the figure) and the per-pass bookkeeping (registration, heartbeat, maintenance:
+those few ORM statements per pass go to the real database underneath).
+
+So the figure is the engine's own cost per job, apart from the database's: wall time of the
+drain / jobs, and the process's CPU time / jobs (on a busy machine the CPU figure is the steadier
+one). The default configuration is measured (``WORKQUEUE`` as the bench's settings with
+``REALTIME`` off, no signal receivers, no middlewares, the per-job log line off: the
+``django_workqueue.jobs`` logger at WARNING) and again with the line on (INFO, runworker's
+format, to a null stream). ``--profile`` adds a cProfile of the default run, every thread's
+profile merged (the slots' and the control thread's).
+"""
+
+from __future__ import annotations
+
+import collections
+import cProfile
+import io
+import logging
+import os
+import pstats
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+PAYLOAD = "[[1], {}]"
+TASK = "bench.noop"
+
+
+def null_driver(base: Any, jobs: int, queue: str = "default") -> Any:
+    """A driver of ``base``'s class whose hot path is answered from memory (``jobs`` no-ops)."""
+    from django_workqueue.db import ClaimedJob, Ended, Recorded, Timing
+    from django_workqueue.outcomes import OutcomeKind
+
+    # The no-op jobs succeed; a retry's or a discard's status would be the row's to decide.
+    ending = {OutcomeKind.SUCCEEDED: "succeeded", OutcomeKind.CANCELLED: "cancelled"}
+
+    class NullDriver(type(base)):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(base.alias)
+            self.ready: collections.deque[int] = collections.deque(range(1, jobs + 1))
+            self.leased: dict[int, int] = {}
+            self.finished = 0
+            self.claims = 0
+            self.writes = 0
+
+        def claim(self, queues: Sequence[str], limit: int, owner: str) -> list[Any]:
+            self.claims += 1
+            taken = []
+            while self.ready and len(taken) < limit:
+                job_id = self.ready.popleft()
+                self.leased[job_id] = 1
+                taken.append(ClaimedJob(job_id, TASK, queue, 0, 1, 3, 0, 300, None, False,
+                                        PAYLOAD))  # fmt: skip
+            return taken
+
+        def batch_backlog(self, groups: Sequence[Any], now: Any = None) -> dict[Any, Any]:
+            return {}  # the bench's settings register the test project's batch tasks
+
+        def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[Any]:
+            return []
+
+        def record_many(self, owner: str, outcomes: Sequence[Any], *, skip_locked: bool = False):  # type: ignore[no-untyped-def]
+            self.writes += 1
+            written, ended, timings = set(), [], []
+            for outcome in outcomes:
+                if self.leased.get(outcome.job_id) != outcome.attempt:
+                    continue
+                del self.leased[outcome.job_id]
+                outcome.encoded()  # what the real write sends (the slot encoded it already)
+                written.add((outcome.job_id, outcome.attempt))
+                status = ending.get(outcome.kind)
+                if status is not None:
+                    ended.append(Ended(outcome.job_id, status, None))
+                    self.finished += 1
+                timings.append(Timing(outcome.job_id, outcome.attempt, outcome.queue or queue,
+                                      outcome.task_name or TASK, status or "scheduled",
+                                      outcome.duration, 0.001))  # fmt: skip
+            return Recorded(written=written, busy=set(), ended=ended, timings=timings)
+
+        def count_stats(self, counters: Sequence[Any]) -> None:
+            pass
+
+        def renew_leases(self, owner: str, leases: Sequence[tuple[int, int]]):  # type: ignore[no-untyped-def]
+            held = {job_id: False for job_id, attempt in leases
+                    if self.leased.get(job_id) == attempt}  # fmt: skip
+            return held, set()
+
+        def write_progress(self, owner: str, reports: Sequence[Any], *, skip_locked: bool = False):  # type: ignore[no-untyped-def]
+            return Recorded(written={(r.job_id, r.attempt) for r in reports}, busy=set())
+
+        def lease_states(self, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+            return {job_id: ("running", None) for job_id in ids if job_id in self.leased}
+
+        def notify(self, queues: Iterable[str]) -> None:
+            pass
+
+    return NullDriver()
+
+
+def _job_line(on: bool) -> None:
+    """The per-job line on (INFO, runworker's format, to a null stream) or off (WARNING)."""
+    from django_workqueue.attempt.ending import job_logger
+
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package = logging.getLogger("django_workqueue")
+    package.handlers = [handler]
+    package.propagate = False
+    package.setLevel(logging.WARNING)
+    job_logger.setLevel(logging.INFO if on else logging.WARNING)
+
+
+_WAITS = ("<method 'get' of '_queue.SimpleQueue' objects>",
+          "<method 'acquire' of '_thread.lock' objects>")  # fmt: skip
+
+
+class _ThreadProfiles:
+    """cProfile in every thread started while active (a Profile per thread, merged after)."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+
+    def _start(self, *args: Any) -> None:
+        profile = cProfile.Profile()
+        self.profiles.append(profile)
+        profile.enable()  # replaces this hook for the thread
+
+    def __enter__(self) -> _ThreadProfiles:
+        threading.setprofile(self._start)
+        main = cProfile.Profile()
+        self.profiles.append(main)
+        main.enable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        self.profiles[0].disable()
+
+    def summary(self, top: int = 30) -> str:
+        """The functions that spend the most time of their own, threads' waits left out (a
+        slot blocked on its inbox, the control thread asleep on its Event: that is idling)."""
+        stats = pstats.Stats(self.profiles[0], stream=io.StringIO())
+        for profile in self.profiles[1:]:
+            stats.add(profile)
+        table = stats.stats  # type: ignore[attr-defined]
+        for key in [key for key in table if key[2] in _WAITS]:
+            del table[key]
+        stats.sort_stats("tottime").print_stats(top)
+        return stats.stream.getvalue()  # type: ignore[attr-defined]
+
+
+def drain(jobs: int, concurrency: int, *, line: bool, profile: bool = False) -> dict[str, Any]:
+    """One in-process drain of ``jobs`` no-ops through the null driver; µs per job."""
+    from django_workqueue import db
+    from django_workqueue.conf import workqueue_settings
+    from django_workqueue.worker.runner import Worker
+
+    alias = workqueue_settings.DATABASE
+    real = db.driver_for(alias)
+    driver = null_driver(real, jobs)
+    _job_line(line)
+    db._drivers[alias] = driver
+    profiles = _ThreadProfiles() if profile else None
+    try:
+        worker = Worker(queues=["default"], concurrency=concurrency, burst=True)
+        cpu, wall = time.process_time(), time.perf_counter()
+        if profiles is not None:
+            with profiles:
+                worker.run()
+        else:
+            worker.run()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        db._drivers[alias] = real
+    if driver.finished != jobs:
+        raise RuntimeError(f"null drain: {driver.finished} of {jobs} jobs finished")
+    out = {"wall_us": wall / jobs * 1e6, "cpu_us": cpu / jobs * 1e6,
+           "claims": driver.claims, "writes": driver.writes,
+           "jobs_per_pass": jobs / max(driver.writes, 1)}  # fmt: skip
+    if profiles is not None:
+        out["profile"] = profiles.summary()
+    return out
+
+
+def budget(jobs: int, concurrency: int, repeat: int, profile: bool) -> dict[str, Any]:
+    """``repeat`` drains with the line off and on, interleaved; the best of each (µs/job)."""
+    drain(min(jobs, 500), concurrency, line=False)  # warm up: imports, first statements
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for _ in range(repeat):
+        for key in runs:
+            runs[key].append(drain(jobs, concurrency, line=key == "on"))
+    out: dict[str, Any] = {"jobs": jobs, "concurrency": concurrency, "runs": runs}
+    if profile:
+        out["profile"] = drain(jobs, concurrency, line=False, profile=True)["profile"]
+    return out
+
+
+def main() -> None:
+    import argparse
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    os.environ["WORKQUEUE_REALTIME"] = "off"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    options = parser.parse_args()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    result = budget(options.jobs, options.concurrency, options.repeat, options.profile)
+    for key, runs in result["runs"].items():
+        best = min(runs, key=lambda run: run["cpu_us"])
+        print(f"line {key}: {best['wall_us']:.1f} µs/job wall, {best['cpu_us']:.1f} µs/job CPU "
+              f"({best['jobs_per_pass']:.1f} jobs per pass; best of {len(runs)})")  # fmt: skip
+    if options.profile:
+        print(result["profile"])
+
+
+if __name__ == "__main__":
+    main()
