@@ -313,6 +313,7 @@ class JobContext:
             self._checkpoints = Checkpoints(
                 self._driver, self.job.id, self.job.task_name, self.job.workflow_id,
                 atomic=bool(task is not None and task.spec.atomic),
+                version=task.spec.version if task is not None else 1,
             )  # fmt: skip
         return self._checkpoints
 

@@ -189,6 +189,8 @@ class _TaskOptions(TypedDict, total=False):
     batch_size: int | None
     batch_wait: float | None
     hard_timeout: float | None
+    version: int
+    compatible_versions: Sequence[int]
     api: bool
 
 
@@ -236,6 +238,10 @@ def task(func: Callable[..., Any] | None = None, /, **options: Unpack[_TaskOptio
     in one call of the function, which takes the list of their items.
     ``hard_timeout=60`` kills a job still running after 60 seconds, with the process it runs
     in: only a ``runworker --pool processes`` worker can (``docs/guides/pools.md``).
+    ``version=2`` marks a change of the body that its stored checkpoints (``context.step``,
+    ``sleep``, ``wait_for_signal``) cannot follow: a job started by another version fails when
+    this one would resume it, unless ``compatible_versions=(1,)`` lists that version
+    (``docs/guides/long-running.md``, "Deploying new versions").
     ``api=True`` lets clients of the HTTP API enqueue it (``docs/reference/http-api.md``).
     """
 

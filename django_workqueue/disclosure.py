@@ -22,7 +22,12 @@ Job flow_key           view_job_payload    the part derived from the arguments h
 Workflow result        view_job_payload    withheld (None, ``result_hidden``)
 Schedule args, kwargs  view_job_payload    withheld (None, ``payload_hidden``)
 FlowLimit key          view_job_payload    the part derived from the arguments hidden
+Checkpoint result      view_job_payload    withheld (None, ``payload_hidden``)
+Signal payload         view_job_payload    withheld (None, ``payload_hidden``)
 =====================  ==================  ============================================
+
+A step's stored result (``context.step``) and a signal's payload are a job's data as much as
+its arguments: ``journal`` is how every surface reads them.
 
 >>> clearance = Clearance.of(request.user)
 >>> clearance.shown(Workflow, "result", workflow.result)   # None without view_job_payload
@@ -42,7 +47,7 @@ from typing import Any
 from django.db.models import Model, Q
 
 from . import permissions
-from .models import FlowLimit, Job, Queue, Schedule, WorkerProcess, Workflow
+from .models import Checkpoint, FlowLimit, Job, Queue, Schedule, Signal, WorkerProcess, Workflow
 from .redaction import redact, redact_text
 from .registry import registered_tasks
 
@@ -121,6 +126,8 @@ HIDDEN: tuple[Hidden, ...] = (
     Hidden(model=Schedule, field="args", needs=PAYLOAD, without=_withheld),
     Hidden(model=Schedule, field="kwargs", needs=PAYLOAD, without=_withheld),
     Hidden(model=FlowLimit, field="key", needs=PAYLOAD, without=_flow_key),
+    Hidden(model=Checkpoint, field="result", needs=PAYLOAD, without=_withheld),
+    Hidden(model=Signal, field="payload", needs=PAYLOAD, without=_withheld),
 )
 """The catalogue of what not every viewer may see; later features add their rows here."""
 
@@ -303,4 +310,38 @@ def disclose(job: Job, user: Any) -> dict[str, Any]:
         "flow_key": clearance.flow_key(job),
         "progress_message": clearance.shown(Job, "progress_message", job.progress_message),
         "errors": clearance.errors(job.errors if isinstance(job.errors, list) else []),
+    }
+
+
+JOURNAL_ROWS = 50
+"""How many of a job's steps and of its signals a surface shows (the first ones)."""
+
+
+def journal(job: Job, clearance: Clearance) -> dict[str, Any]:
+    """What a job's body stored on its way (``context.step``, ``sleep``, ``wait_for_signal``)
+    and the signals sent to it or its workflow, as ``clearance`` may see them: step results and
+    signal payloads are withheld without ``view_job_payload`` (``payload_hidden``)."""
+    alias = job._state.db
+    checkpoints = (
+        Checkpoint.objects.using(alias).filter(job_id=job.pk).order_by("id")
+        .values("kind", "name", "result", "wakes_at", "signal", "created_at", "task_version")
+        [:JOURNAL_ROWS]
+    )  # fmt: skip
+    target = Q(job_id=job.pk)
+    if job.workflow_id is not None:
+        target |= Q(workflow_id=job.workflow_id)
+    signals = (
+        Signal.objects.using(alias).filter(target).order_by("id")
+        .values("name", "payload", "sent_at", "delivered_at", "delivered_to")[:JOURNAL_ROWS]
+    )  # fmt: skip
+    return {
+        "steps": [
+            {**row, "result": clearance.shown(Checkpoint, "result", row["result"])}
+            for row in checkpoints
+        ],
+        "signals": [
+            {**row, "payload": clearance.shown(Signal, "payload", row["payload"])}
+            for row in signals
+        ],
+        "payload_hidden": not clearance.may_see(Checkpoint, "result"),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class WorkqueueError(Exception):
     """Base class of every error raised by django-workqueue."""
@@ -41,15 +43,20 @@ class Sleeping(Snooze):
     """Raised by ``context.sleep`` / ``sleep_until`` to park the job until its time: a snooze
     (the attempt is not charged) whose body runs again then, its finished steps answered from
     their checkpoints. In an ``atomic=True`` task the body's writes so far commit with it.
-    Let it propagate: a body that catches it goes on instead of sleeping."""
+    Let it propagate: a body that catches it goes on instead of sleeping. ``until`` is when it
+    ends (the database's clock), for the worker's line."""
+
+    def __init__(self, delay: float = 0, until: datetime | None = None) -> None:
+        super().__init__(delay=delay)
+        self.until = until
 
 
 class WaitingForSignal(Sleeping):
     """Raised by ``context.wait_for_signal`` to park the job ``waiting`` until the signal
     arrives (or its timeout, ``delay`` seconds from now, if it has one): a sleep otherwise."""
 
-    def __init__(self, name: str, delay: float = 0) -> None:
-        super().__init__(delay=delay)
+    def __init__(self, name: str, delay: float = 0, until: datetime | None = None) -> None:
+        super().__init__(delay=delay, until=until)
         self.args = (f"waiting for the signal {name!r}",)
         self.name = name
 
@@ -57,6 +64,12 @@ class WaitingForSignal(Sleeping):
 class SignalTimeout(WorkqueueError, TimeoutError):
     """Raised by ``context.wait_for_signal(name, timeout=...)`` when no signal arrived in
     time. Caught, it is the wait's answer: the body goes on (a reminder, an escalation)."""
+
+
+class IncompatibleVersion(WorkqueueError):
+    """A job's stored checkpoints were written by a version of its task that the running code
+    does not declare compatible (``@task(version=..., compatible_versions=...)``): the job
+    fails at once, its checkpoints kept, rather than feed old checkpoints to new code."""
 
 
 class Discard(JobControl):

@@ -383,6 +383,9 @@ class Checkpoint(models.Model):
     wakes_at = models.DateTimeField(null=True, blank=True)
     signal = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
+    task_version = models.PositiveIntegerField(default=1)
+    """The version of the task (``@task(version=N)``) whose body stored it: a body of another
+    version resumes the job only if it lists this one in ``compatible_versions``."""
 
     class Meta:
         constraints = [

@@ -62,6 +62,9 @@ class Outcome:
     """The exception of a failure, where it was raised in this process: the worker's ERROR line
     carries it as ``exc_info`` for error trackers. Never stored or sent to another process."""
     waits: bool = False
+    parked: str = dataclasses.field(default="", compare=False)
+    """What a durable sleep or wait parks the job for ("sleeping until T", "waiting for signal
+    'approve'"), for the worker's line; empty for any other ending."""
     """A snooze that parks the job ``waiting`` for a signal (``context.wait_for_signal``)
     instead of ``scheduled``: charged as a snooze is, woken by the signal or its timeout."""
     spawn: Any = dataclasses.field(default=None, repr=False, compare=False)

@@ -123,6 +123,12 @@ class TaskSpec:
     hard_timeout: float | None = None
     """Seconds after which a process-pool worker kills the job's child process (threads cannot
     be killed: a thread-pool worker refuses to serve the task's queue)."""
+    version: int = 1
+    """The version of the task's body, stored with every checkpoint it writes
+    (``context.step``, ``sleep``, ``wait_for_signal``): a job is resumed only by the version
+    that started it, or one that lists it in ``compatible_versions``."""
+    compatible_versions: tuple[int, ...] = ()
+    """Earlier versions whose checkpoints this version's body reads as its own."""
     api: bool = False
     """Whether the HTTP API may enqueue it (``POST /api/workqueue/jobs/``); off by default,
     as a task's arguments reach it from any client allowed to call the API."""
@@ -203,6 +209,8 @@ def define(
     batch_size: int | None = None,
     batch_wait: float | None = None,
     hard_timeout: float | None = None,
+    version: int = 1,
+    compatible_versions: Sequence[int] = (),
     api: bool = False,
 ) -> TaskSpec:
     """The validated definition of ``fn`` as a task with these options (``@task``'s)."""
@@ -242,6 +250,13 @@ def define(
         batch_size=batch_size,
         batch_wait=1.0 if batch_wait is None else batch_wait,
         hard_timeout=hard_timeout,
+        version=version,
+        # Anything else is kept as given, for _validate_versions to name it.
+        compatible_versions=(
+            tuple(compatible_versions)
+            if isinstance(compatible_versions, list | tuple)
+            else compatible_versions  # type: ignore[arg-type]
+        ),
         api=api,
     )
     _validate_spec(spec)
@@ -305,12 +320,36 @@ def _validate_spec(spec: TaskSpec) -> None:
     if not isinstance(spec.api, bool):
         raise InvalidOption(f"{owner}: api must be True or False, got {describe(spec.api)}")
     check_unique_mode(owner, spec.on_conflict, spec.unique_for)
+    _validate_versions(spec)
     expires = spec.expires_after
     if expires is not None and (
         isinstance(expires, bool) or not isinstance(expires, int | float) or not expires > 0
     ):
         raise InvalidOption(
             f"{owner}: expires_after must be a positive number of seconds, got {describe(expires)}"
+        )
+
+
+def _is_version(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
+
+
+def _validate_versions(spec: TaskSpec) -> None:
+    owner = f"task {spec.name}"
+    if not _is_version(spec.version):
+        raise InvalidOption(
+            f"{owner}: version must be a whole number from 1, got {describe(spec.version)}"
+        )
+    compatible = spec.compatible_versions
+    if not isinstance(compatible, tuple) or not all(_is_version(v) for v in compatible):
+        raise InvalidOption(
+            f"{owner}: compatible_versions must be a tuple of earlier versions, e.g. (1,), "
+            f"got {describe(compatible)}"
+        )
+    if spec.version in compatible:
+        raise InvalidOption(
+            f"{owner}: compatible_versions lists the task's own version {spec.version}; "
+            f"list only the earlier versions whose checkpoints it can resume"
         )
 
 

@@ -27,6 +27,7 @@ from .signals import (
     job_snoozed,
     job_started,
     job_succeeded,
+    job_woken,
     workflow_finished,
 )
 from .states import Status
@@ -139,6 +140,14 @@ def reaped(alias: str, rows: Iterable[tuple[int, int, str, str]], ended: Iterabl
         kwargs = _job(pk, names.get(pk, ""), queue, attempt, owner)
         sends.append((job_reaped, {**kwargs, "status": status.get(pk, "ready")}))
     after_commit(alias, sends)
+
+
+def woken(alias: str, rows: Iterable[tuple[int, str, str, int]]) -> None:
+    """Waiting jobs a signal just made ready (id, task, queue, attempt), inside the
+    transaction that sent it: ``job_woken`` each, once it commits."""
+    if job_woken.receivers:
+        after_commit(alias, [(job_woken, _job(pk, task, queue, attempt, None))
+                             for pk, task, queue, attempt in rows])  # fmt: skip
 
 
 def jobs_ended(alias: str, ended: Iterable[Ended]) -> None:

@@ -17,7 +17,11 @@ if this process does not know the task) and the keyword arguments ``job_id``, ``
 ``job_retrying``          ``error`` (dict: type, message, traceback), ``delay`` (seconds)
 ``job_failed``            ``error`` (the last error entry, or None): dead-lettered
 ``job_cancelled``
-``job_snoozed``           ``delay`` (seconds)
+``job_snoozed``           ``delay`` (seconds); also a durable sleep or a wait for a signal
+                          (``context.sleep``, ``wait_for_signal``: the job is then
+                          ``scheduled`` or ``waiting``)
+``job_woken``             a ``waiting`` job is ``ready`` again: a signal it waits for arrived
+                          (``operations.send_signal``)
 ``job_reaped``            ``status`` the reaper wrote; ``worker_id`` is the worker that
                           stopped renewing the lease. A reaped job that ends ``failed`` or
                           ``cancelled`` sends that signal next.
@@ -48,6 +52,7 @@ job_retrying = Signal()
 job_failed = Signal()
 job_cancelled = Signal()
 job_snoozed = Signal()
+job_woken = Signal()
 job_reaped = Signal()
 workflow_finished = Signal()
 worker_started = Signal()
@@ -64,6 +69,7 @@ __all__ = [
     "job_snoozed",
     "job_started",
     "job_succeeded",
+    "job_woken",
     "worker_started",
     "worker_stopped",
     "worker_stopping",

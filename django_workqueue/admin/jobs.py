@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from .. import budgets, operations, permissions
 from ..conf import workqueue_settings as conf
-from ..disclosure import Clearance
+from ..disclosure import Clearance, journal
 from ..models import Checkpoint, Dependency, Job, WorkerProcess
 from ..registry import registered_tasks
 from . import live_progress
@@ -281,6 +281,7 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "wq_dependents": list(dependents),
         "wq_buttons": buttons,
         "wq_explanation": operations.explain(job, clearance=clearance, alias=db),
+        "wq_journal": _journal(job, clearance),
         "wq_signal": job.status in SIGNALLED and permissions.allowed(request.user, "signal"),
         "wq_waits_for": (
             Checkpoint.objects.using(db)
@@ -289,3 +290,13 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
             .last()
         ),
     }
+
+
+def _journal(job: Job, clearance: Clearance) -> dict[str, Any]:
+    """``disclosure.journal`` with each step's result and signal's payload as JSON text."""
+    shown = journal(job, clearance)
+    for row in shown["steps"]:
+        row["json"] = json.dumps(row["result"], sort_keys=True, default=str)
+    for row in shown["signals"]:
+        row["json"] = json.dumps(row["payload"], sort_keys=True, default=str)
+    return shown

@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import budgets
-from ..disclosure import Clearance
+from ..disclosure import Clearance, journal
 from ..filter_values import MAX_ID
 from ..models import Job, Schedule, Workflow
 from ..registry import MAX_ATTEMPTS
@@ -117,6 +117,11 @@ class JobSerializer(JobSummarySerializer):
     result = serializers.JSONField(allow_null=True)
     progress_details = serializers.JSONField(allow_null=True)
     errors = ErrorSerializer(many=True)
+    journal = serializers.JSONField(
+        help_text="What the body stored (context.step, sleep, wait_for_signal: steps) and the "
+        "signals sent to the job or its workflow (signals); step results and signal payloads "
+        "are null without view_job_payload (payload_hidden)."
+    )
     duplicate = serializers.BooleanField(
         required=False,
         help_text="After an enqueue: true when a job holding the unique key came back instead.",
@@ -132,6 +137,7 @@ class JobSerializer(JobSummarySerializer):
         row.update(clearance.payload_of(job))
         row["unique_key"] = clearance.unique_key(job.unique_key)
         row["errors"] = clearance.shown(Job, "errors", job.errors)
+        row["journal"] = journal(job, clearance)
         if hasattr(job, "duplicate"):
             row["duplicate"] = bool(job.duplicate)
         return row

@@ -29,6 +29,7 @@ from django.db import IntegrityError, transaction
 
 from ..conf import workqueue_settings as conf
 from ..exceptions import (
+    IncompatibleVersion,
     InvalidOption,
     NaiveDatetime,
     SignalTimeout,
@@ -41,6 +42,7 @@ from ..workflow import inbox
 
 if TYPE_CHECKING:
     from ..db import Driver
+    from ..registry import TaskSpec
 _MISSING = object()
 
 
@@ -49,9 +51,10 @@ class Checkpoints:
 
     def __init__(
         self, driver: Driver, job_id: int, task_name: str, workflow_id: int | None = None,
-        *, atomic: bool = False,
+        *, atomic: bool = False, version: int = 1,
     ) -> None:  # fmt: skip
         self._driver = driver
+        self._version = version
         self._atomic = atomic
         self._job_id = job_id
         self._task_name = task_name
@@ -89,7 +92,7 @@ class Checkpoints:
         assert wakes_at is not None  # a sleep's checkpoint always has one
         remaining = (wakes_at - now).total_seconds()
         if remaining > 0:
-            raise Sleeping(delay=remaining)
+            raise Sleeping(delay=remaining, until=wakes_at)
 
     def wait_for_signal(self, name: Any, timeout: Any) -> Any:
         """The payload of the signal ``name`` this wait of the body took: at once if one is
@@ -141,7 +144,7 @@ class Checkpoints:
             result = {}
         if not result:
             delay = 0.0 if times_out is None else (times_out - now).total_seconds()
-            raise WaitingForSignal(name, delay=delay)
+            raise WaitingForSignal(name, delay=delay, until=times_out)
         return result
 
     def _wait(self, ordinal: str) -> tuple[int, Any, datetime | None] | None:
@@ -208,7 +211,7 @@ class Checkpoints:
             with transaction.atomic(using=alias):  # a savepoint inside the body's transaction
                 Checkpoint.objects.using(alias).create(
                     job_id=self._job_id, kind=kind, name=name, result=result,
-                    wakes_at=wakes_at, signal=signal,
+                    wakes_at=wakes_at, signal=signal, task_version=self._version,
                 )  # fmt: skip
         except IntegrityError:
             stored = self._read(kind, name)
@@ -216,6 +219,31 @@ class Checkpoints:
                 raise
             return stored
         return result, wakes_at
+
+
+def check_version(driver: Driver, job_id: int, spec: TaskSpec) -> None:
+    """Raise ``IncompatibleVersion`` if the job's stored checkpoints were written by a version
+    of its task that ``spec`` (the running code) neither is nor lists as compatible."""
+    accepted = (spec.version, *spec.compatible_versions)
+    stored = sorted(
+        Checkpoint.objects.using(driver.alias)
+        .filter(job_id=job_id)
+        .exclude(task_version__in=accepted)
+        .values_list("task_version", flat=True)
+        .distinct()
+    )
+    if not stored:
+        return
+    versions = ", ".join(map(str, stored))
+    raise IncompatibleVersion(
+        f"job {job_id} of {spec.name} was started by version {versions} of the task, and the "
+        f"running code is version {spec.version}, which does not resume it: its checkpoints "
+        f"(steps, sleeps, waits) were stored by the other version's body. If version "
+        f"{spec.version} can resume them, declare @task(version={spec.version}, "
+        f"compatible_versions=({versions},)) and redrive the job; otherwise keep a worker "
+        f"running version {versions} until such jobs finish (docs/guides/long-running.md, "
+        f'"Deploying new versions")'
+    )
 
 
 class _AnsweredElsewhere(Exception):

@@ -22,6 +22,7 @@ import logging
 import traceback
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from .. import payload, retry
@@ -31,6 +32,7 @@ from ..db import ClaimedJob
 from ..exceptions import (
     DeadlineExceeded,
     Discard,
+    IncompatibleVersion,
     JobCancelled,
     JobTimeout,
     MalformedArguments,
@@ -38,6 +40,7 @@ from ..exceptions import (
     PayloadTooLarge,
     ResultNotJSON,
     Retry,
+    Sleeping,
     Snooze,
     TaskNotRegistered,
     WaitingForSignal,
@@ -162,8 +165,9 @@ def _classify(task: Task, job: ClaimedJob, context: JobContext, exc: BaseExcepti
         return _outcome(job, OutcomeKind.RETRY, error=_error(exc), delay=delay)
     if isinstance(exc, Snooze):  # a durable wait is one too, parked waiting for its signal
         waits = isinstance(exc, WaitingForSignal)
-        return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay, waits=waits)
-    if isinstance(exc, Discard | ResultNotJSON):
+        return _outcome(job, OutcomeKind.SNOOZE, delay=exc.delay, waits=waits,
+                        parked=_parked(exc))  # fmt: skip
+    if isinstance(exc, Discard | ResultNotJSON | IncompatibleVersion):
         return _ended(job, task, exc, OutcomeKind.DISCARD)
     if context.timed_out and isinstance(exc, JobCancelled | TimeoutError):
         exc = JobTimeout(f"{job.task_name} ran past its timeout of {task.spec.timeout}s")
@@ -217,6 +221,16 @@ def _outcome(job: ClaimedJob, kind: OutcomeKind, **fields: Any) -> Outcome:
         job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
         attempts_charged=job.attempts_charged, task_name=job.task_name, queue=job.queue, **fields,
     )  # fmt: skip
+
+
+def _parked(exc: Snooze) -> str:
+    """What a durable sleep or wait parks its job for, as the worker's line says it."""
+    if not isinstance(exc, Sleeping):
+        return ""  # a plain snooze: "snoozed for <delay>"
+    until = "" if exc.until is None else exc.until.astimezone(UTC).isoformat(timespec="seconds")
+    if isinstance(exc, WaitingForSignal):
+        return f"waiting for signal {exc.name!r}" + (f" until {until}" if until else "")
+    return f"sleeping until {until}" if until else "sleeping"
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -329,6 +343,8 @@ def _log_ending(outcome: Outcome, name: str, level: int, with_traceback: bool) -
         args = (outcome.job_id, outcome.task_name, outcome.body_attempt, outcome.max_attempts,
                 "dead-lettered" if name == "dead-lettered" else "not retried", etype,
                 error.get("message", ""))  # fmt: skip
+    elif name == "snoozed" and outcome.parked:
+        fmt, args = "#%s %s %s", (outcome.job_id, outcome.task_name, outcome.parked)
     elif name == "snoozed":
         fmt, args = "#%s %s snoozed for %s", (outcome.job_id, outcome.task_name,
                                               _Span(outcome.delay))  # fmt: skip

@@ -31,7 +31,7 @@ from ..outcomes import Outcome
 from ..registry import find_task
 from ..workflow import release
 from ..workflow.store import first_argument
-from . import ending, interrupts
+from . import checkpoints, ending, interrupts
 from .asyncloop import AsyncLoop
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ def run(
             if job.input_shape is not None:  # a workflow step: the previous step's value first
                 args.insert(0, first_argument(driver.alias, job.id, job.input_shape))
             if task.spec.takes_context:
+                if job.attempt > 1:  # a resume: checkpoints of an earlier run may be stored
+                    checkpoints.check_version(driver, job.id, task.spec)
                 args.insert(0, context)
                 if task.spec.is_async and job.workflow_id is not None:
                     _ = context.dependencies  # read now: the event loop must not query the database

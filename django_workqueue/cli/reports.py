@@ -12,7 +12,7 @@ from django.db.models import Count, QuerySet
 
 from .. import budgets, operations
 from ..conf import workqueue_settings as conf
-from ..disclosure import Clearance
+from ..disclosure import Clearance, journal
 from ..models import Dependency, Job, Queue, WorkerProcess
 from ..states import Status
 
@@ -143,4 +143,15 @@ def job_detail(job: Job, clearance: Clearance, *, tracebacks: bool = False) -> d
             {key: value for key, value in error.items() if tracebacks or key != "traceback"}
             for error in clearance.shown(Job, "errors", job.errors)
         ],
+        "journal": _journal(job, clearance),
     }
+
+
+def _journal(job: Job, clearance: Clearance) -> dict[str, Any]:
+    """``disclosure.journal`` with its times as text."""
+    shown = journal(job, clearance)
+    for row in (*shown["steps"], *shown["signals"]):
+        for key, value in row.items():
+            if isinstance(value, datetime):
+                row[key] = timestamp(value)
+    return shown

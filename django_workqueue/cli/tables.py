@@ -311,7 +311,34 @@ def job(data: dict[str, Any]) -> list[RenderableType]:
                 text += "\n" + escape(str(error["traceback"]).rstrip())
             errors.add_row(str(error.get("attempt", "")), _when(error.get("at") or None), text)
         shown.append(errors)
+    shown.extend(_journal(data.get("journal")))
     return shown
+
+
+def _journal(journal: dict[str, Any] | None) -> list[RenderableType]:
+    """The steps a body stored and the signals sent to the job (``disclosure.journal``)."""
+    if not journal or not (journal["steps"] or journal["signals"]):
+        return []
+    hidden = journal["payload_hidden"]
+    table = Table(box=box.SIMPLE_HEAD, title="Steps and signals", title_justify="left",
+                  pad_edge=False, show_edge=False)  # fmt: skip
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    table.add_column("value", overflow="fold")
+    for step in journal["steps"]:
+        if step["kind"] == "step":
+            value = _HIDDEN if hidden else escape(json.dumps(step["result"]))
+        elif step["kind"] == "sleep":
+            value = escape(f"until {_when(step['wakes_at'])}")
+        else:
+            value = escape(f"signal {step['signal']!r}, " + ("answered" if step["result"]
+                                                             else "waiting"))  # fmt: skip
+        table.add_row(step["kind"], escape(step["name"]), value)
+    for signal in journal["signals"]:
+        payload = _HIDDEN if hidden else escape(json.dumps(signal["payload"]))
+        state = "delivered" if signal["delivered_at"] else "kept"
+        table.add_row(f"signal ({state})", escape(signal["name"]), payload)
+    return [table]
 
 
 _HIDDEN = "[dim](hidden: needs django_workqueue.view_job_payload)[/dim]"

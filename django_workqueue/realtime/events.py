@@ -40,7 +40,7 @@ STATUS_SIGNALS = {
     signals.job_enqueued: "enqueued", signals.job_started: "started",
     signals.job_succeeded: "succeeded", signals.job_retrying: "retrying",
     signals.job_failed: "failed", signals.job_cancelled: "cancelled",
-    signals.job_snoozed: "snoozed", signals.job_reaped: "reaped",
+    signals.job_snoozed: "snoozed", signals.job_reaped: "reaped", signals.job_woken: "woken",
 }  # fmt: skip
 DISPATCH_UID = "django_workqueue.realtime.events"
 PROGRESS_FIELDS = ("attempt", "current", "total", "message", "details")

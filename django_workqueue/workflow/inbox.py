@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
-from .. import wakeup
+from .. import signalling, wakeup
 from ..db import driver_for
 from ..exceptions import InvalidOption
 from ..models import Checkpoint, Job, Signal, Workflow
@@ -168,12 +168,17 @@ def _wake(jobs: QuerySet[Job]) -> int:
     their queues' workers are woken at commit."""
     (ready,) = transition(Status.WAITING, Status.READY)
     alias = jobs.db
-    rows = list(jobs.select_for_update().order_by("pk").values_list("pk", "queue"))
+    rows = list(
+        jobs.select_for_update().order_by("pk")
+        .values_list("pk", "task_name", "queue", "attempt")
+    )  # fmt: skip
     if not rows:
         return 0
-    woken = Job.objects.using(alias).filter(pk__in=[pk for pk, _ in rows], status=Status.WAITING)
+    woken = Job.objects.using(alias).filter(pk__in=[row[0] for row in rows],
+                                            status=Status.WAITING)  # fmt: skip
     count = woken.update(status=ready, run_after=Now())
-    queues = sorted({queue for _, queue in rows})
+    signalling.woken(alias, rows)
+    queues = sorted({row[2] for row in rows})
     driver_for(alias).notify(queues)
     transaction.on_commit(functools.partial(wakeup.wake, queues), using=alias)
     return count

@@ -18,9 +18,11 @@ from django.test import override_settings
 
 from django_workqueue import signalling, signals
 from django_workqueue.models import Job, Workflow
-from django_workqueue.operations import cancel_job
+from django_workqueue.operations import cancel_job, send_signal
 from django_workqueue.realtime import events
+from django_workqueue.testing import drain as drain_here
 from testproject.testapp.tasks import send_mail
+from tests.support import durable_tasks
 from tests.support.factories import JobFactory
 from tests.support.settings import workqueue_settings
 from tests.support.users import VIEWER, user_with
@@ -157,4 +159,29 @@ def test_progress_reports_in_one_batch_are_coalesced_per_job() -> None:
     sends = events.resolve(batch)
     assert [(group, message["progress"]["current"]) for group, message in sends] == [
         (f"workqueue.job.{job.pk}", 49)
+    ]
+
+
+def test_a_job_parked_for_a_signal_and_woken_by_it_reaches_its_websocket(viewer: bytes) -> None:
+    """running -> waiting (its wait parks it) and waiting -> ready (the signal arrives) are
+    pushed, each with the status as the row says."""
+    job = durable_tasks.waits_for_approval.enqueue()
+
+    async def scenario() -> list[dict[str, Any]]:
+        socket = communicator(f"/ws/workqueue/jobs/{job.pk}/", viewer)
+        assert (await socket.connect())[0]
+        await receive(socket)
+        await sync_to_async(drain_here)()
+        seen = [await receive(socket)]
+        while seen[-1]["job"]["status"] != "waiting":
+            seen.append(await receive(socket))
+        await sync_to_async(send_signal)(job, "approve", {"by": "ada"})
+        seen.append(await receive(socket))
+        await socket.disconnect()
+        return seen
+
+    seen = async_to_sync(scenario)()
+    assert [(m["event"], m["job"]["status"]) for m in seen][-2:] == [
+        ("snoozed", "waiting"),
+        ("woken", "ready"),
     ]

@@ -25,7 +25,9 @@ from django_workqueue.operations import (
     cancel_workflow,
     complete_job,
     fail_job,
+    send_signal,
 )
+from django_workqueue.states import Status
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.tasks import (
     add,
@@ -41,6 +43,7 @@ from testproject.testapp.tasks import (
     snooze_once,
     wait_for_cancel,
 )
+from tests.support import durable_tasks
 from tests.support.database import fresh
 from tests.support.factories import JobFactory
 from tests.support.waiting import wait_until
@@ -117,8 +120,8 @@ def received() -> Iterator[Recorder]:
 def test_every_documented_signal_is_exported():
     assert sorted(NAMES) == sorted(
         ["job_enqueued", "job_started", "job_succeeded", "job_retrying", "job_failed",
-         "job_cancelled", "job_snoozed", "job_reaped", "workflow_finished", "worker_started",
-         "worker_stopping", "worker_stopped"]
+         "job_cancelled", "job_snoozed", "job_reaped", "job_woken", "workflow_finished",
+         "worker_started", "worker_stopping", "worker_stopped"]
     )  # fmt: skip
     assert all(isinstance(getattr(signals, name), Signal) for name in NAMES)
 
@@ -178,6 +181,22 @@ def test_a_discard_sends_failed_at_once(received, drain):
     drain()
 
     assert received.jobs("attempt") == [("job_enqueued", 0), ("job_started", 1), ("job_failed", 1)]
+
+
+def test_a_signal_that_wakes_a_waiting_job_sends_woken_once_committed(received, drain):
+    job = durable_tasks.waits_for_approval.enqueue()
+    drain()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        send_signal(job, "approve")
+        raise RuntimeError("rolled back")
+    assert "job_woken" not in received.names()
+
+    send_signal(job, "approve", {"by": "ada"})
+
+    woken = [event for event in received.jobs("job_id", "attempt", "worker_id")
+             if event[0] == "job_woken"]  # fmt: skip
+    assert woken == [("job_woken", job.pk, 1, None)]
+    assert fresh(job).status == Status.READY
 
 
 def test_a_snooze_sends_snoozed_with_its_delay_then_runs_again(received, drain):

@@ -4,6 +4,7 @@ attempts and the jobs they finished apart."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 
 from django_workqueue import task
 from django_workqueue.exceptions import Snooze
+from django_workqueue.models import Checkpoint
 from django_workqueue.worker.runner import Worker
 from django_workqueue.worker.shutdown import summary
 from testproject.testapp.tasks import add, discard_me, flaky
@@ -81,6 +83,49 @@ def test_each_ending_is_one_line_once_written(drain, caplog):
         "5 attempts: 3 jobs finished (1 discarded, 2 succeeded), "
         "2 to run again (1 retried, 1 snoozed)"
     )
+
+
+@task(max_attempts=1)
+def sleeps_a_day(context: Any) -> None:
+    context.sleep(86400)
+
+
+@task(max_attempts=1)
+def waits_for_approval(context: Any) -> None:
+    context.wait_for_signal("approve", timeout=3600)
+
+
+@task(max_attempts=1)
+def waits_for_ever(context: Any) -> None:
+    context.wait_for_signal("payment")
+
+
+def test_a_durable_sleep_or_wait_is_named_in_the_line_with_its_time(drain, caplog):
+    caplog.set_level(logging.INFO, logger="django_workqueue")
+    sleeper = sleeps_a_day.enqueue()
+    waiter = waits_for_approval.enqueue()
+    forever = waits_for_ever.enqueue()
+
+    drain()
+
+    wakes_at = Checkpoint.objects.get(job=sleeper).wakes_at
+    times_out = Checkpoint.objects.get(job=waiter).wakes_at
+    [line] = _lines(caplog, sleeper.pk)
+    assert line.getMessage() == (
+        f"#{sleeper.pk} {sleeps_a_day.name} sleeping until {_utc(wakes_at)}"
+    )
+    assert line.ending == "snoozed"  # type: ignore[attr-defined]
+    [line] = _lines(caplog, waiter.pk)
+    assert line.getMessage() == (
+        f"#{waiter.pk} {waits_for_approval.name} waiting for signal 'approve' until "
+        f"{_utc(times_out)}"
+    )
+    [line] = _lines(caplog, forever.pk)
+    assert line.getMessage() == f"#{forever.pk} {waits_for_ever.name} waiting for signal 'payment'"
+
+
+def _utc(when: Any) -> str:
+    return when.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
 def test_tracebacks_join_the_line_only_at_debug(drain, caplog):

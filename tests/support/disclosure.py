@@ -22,7 +22,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from django_workqueue.disclosure import Clearance
-from django_workqueue.models import FlowLimit, Job, Schedule, Workflow
+from django_workqueue.models import Checkpoint, FlowLimit, Job, Schedule, Signal, Workflow
 from django_workqueue.realtime import messages
 from tests.support.commands import run_workqueue
 from tests.support.factories import JobFactory
@@ -66,6 +66,18 @@ def _limit_keys(scene: Scene, secret: str) -> None:
         FlowLimit(key=f"limit:{TASK}:{secret[::-1]}-limit", updated_at=used),
         FlowLimit(key=f"limit:{TASK}", updated_at=used - dt.timedelta(minutes=1)),
     ])  # fmt: skip
+
+
+def _step_results(scene: Scene, secret: str) -> None:
+    Checkpoint.objects.all().delete()
+    for job, value in ((scene.job, secret), (scene.other, secret[::-1])):
+        Checkpoint.objects.create(job=job, name="charge", result={"charge": f"{value}-step"})
+
+
+def _signal_payloads(scene: Scene, secret: str) -> None:
+    Signal.objects.all().delete()
+    for job, value in ((scene.job, secret), (scene.other, secret[::-1])):
+        Signal.objects.create(job=job, name="approve", payload={"by": f"{value}-signal"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +151,8 @@ HIDDEN_VALUES: tuple[HiddenValue, ...] = (
         ),
     ),
     HiddenValue(name="FlowLimit.key", parts=("limit",), write=_limit_keys),
+    HiddenValue(name="Checkpoint.result", parts=("step",), write=_step_results),
+    HiddenValue(name="Signal.payload", parts=("signal",), write=_signal_payloads),
 )
 
 

@@ -13,6 +13,7 @@ from django.db import transaction
 from django_workqueue import task
 from django_workqueue.exceptions import SignalTimeout
 from testproject.testapp.models import Effect
+from testproject.testapp.tasks import chaos_ledger
 
 #: Each call of a step's function in this process: (job id, attempt, step name).
 calls: list[tuple[int, int, str]] = []
@@ -128,3 +129,33 @@ def sleeps_inside_its_own_transaction(context: Any) -> Any:
     """A task without atomic=True that sleeps inside a transaction.atomic() it opened."""
     with transaction.atomic():
         context.sleep(60)
+
+
+@task(max_attempts=3, version=2)
+def sleeps_at_version_2(context: Any, seconds: float) -> Any:
+    """``sleeps_between_steps`` at version 2, which resumes no other version's checkpoints."""
+    return sleeps_between_steps.spec.func(context, seconds)
+
+
+@task(max_attempts=3, version=3, compatible_versions=(2,))
+def sleeps_at_version_3_resuming_2(context: Any, seconds: float) -> Any:
+    """At version 3, resuming the checkpoints of version 2 (and of no other)."""
+    return sleeps_between_steps.spec.func(context, seconds)
+
+
+@task(max_attempts=20, backoff=0, lease_seconds=2)
+def sleeps_then_waits(context: Any, ledger: str, seconds: float) -> Any:
+    """The chaos battery's durable job (tests/chaos/test_durable_waits.py): a step that writes
+    'start' to the ledger, a sleep of ``seconds``, a wait for ``approve``; returns the step's
+    attempt and the signal's payload."""
+
+    def charge() -> int:
+        chaos_ledger(ledger, "start", context)
+        time.sleep(0.05)  # busy long enough for a kill to find it
+        return int(context.attempt)
+
+    charged = context.step("charge", charge)
+    context.sleep(seconds)
+    decision = context.wait_for_signal("approve")
+    time.sleep(0.02)
+    return {"charged_in": charged, "decision": decision}
