@@ -3,7 +3,7 @@
 A worker has one pool of slot threads fed by one inbox. Three ways to size it:
 
 - a fixed number (``--concurrency 8``): every served queue shares the slots;
-- a budget per queue (``--queues default:8,mail:2``, Oban's style): the pool has the sum of the
+- a budget per queue (``--queues default:8,mail:2``): the pool has the sum of the
   budgets, and the claims for a queue never exceed that queue's free slots, so a flood of one
   queue cannot take the slots of another;
 - a floor and a ceiling (``--concurrency 2-32``): the ``Autoscaler`` moves the pool between them.
