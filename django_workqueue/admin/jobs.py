@@ -118,7 +118,7 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": [
             "id", "task_name", "queue", "status", "priority", "attempt_summary",
-            ("attempt", "crashes_charged"),
+            ("claims", "crashes_charged"),
             "run_after", "deadline", "unique_key", "workflow_link", "run_condition",
             "waiting_on", "flow_key",
         ]}),
@@ -128,7 +128,7 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
         ("Times", {"fields": ["enqueued_at", "started_at", "finished_at"]}),
     ]  # fmt: skip
     readonly_fields = [
-        "id", "task_name", "queue", "status", "priority", "attempt", "max_attempts",
+        "id", "task_name", "queue", "status", "priority", "attempt", "claims", "max_attempts",
         "attempt_summary", "attempt_short", "crashes_charged", "run_after", "deadline",
         "unique_key", "workflow_link", "run_condition", "waiting_on", "flow_key", "lease_owner",
         "worker", "lease_seconds", "lease_expires_at", "cancel_requested_at", "enqueued_at",
@@ -142,6 +142,12 @@ class JobAdmin(PermissionChecks, ReadOnly, admin.ModelAdmin):
     @admin.display(description="attempt")
     def attempt_short(self, job: Job) -> str:
         return budgets.describe_job(job, short=True)
+
+    @admin.display(description="claims")
+    def claims(self, job: Job) -> int:
+        """The claim counter (``Job.attempt``), which fences each worker's writes; the body's
+        attempts are the ``attempt`` line above (budgets.py)."""
+        return job.attempt
 
     @admin.display(description="workflow", ordering="workflow_id")
     def workflow_link(self, job: Job) -> str:
