@@ -174,6 +174,9 @@ def serve(jobs: wire.Channel, control: wire.Channel, worker_id: str) -> None:
             close_unusable_connections()
         context = JobContext(job, owner=owner, driver=driver, on_progress=on_progress)
         parent.begin(context)
+        # The last word before the body: a child that dies before the worker reads this
+        # costs the job nothing (the worker hands it to a fresh child).
+        parent.send(["began", job.id])
         outcome, pending = None, False
         try:
             if loop is None and _is_async(job.task_name):

@@ -18,11 +18,16 @@ runs a job, its slot thread:
   attempt fails with ``ProcessDied``, saying how it died.
 
 Either way the slot gets a fresh child and the job is retried under its own policy, so a poison
-pill ends in the dead-letter queue after ``max_attempts``. A child that dies while it waits for
-work is replaced before the next job is handed to it, and costs that job nothing. After a job, a
-child that has run ``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child``
-resident is replaced; the replacement starts at once, so its start-up overlaps the wait for the
-next job.
+pill ends in the dead-letter queue after ``max_attempts``. After a job, a child that has run
+``max_jobs_per_child`` jobs or holds more than ``max_memory_per_child`` resident is replaced;
+the replacement starts at once, so its start-up overlaps the wait for the next job.
+
+A child acknowledges each job (``began``) just before its body begins. One that ends before the
+acknowledgement died idle (the OOM killer, a kill from outside), before or after the job was
+sent: the body never began there, so its death costs the job nothing (``budgets.py``) and the
+job goes to a fresh child. Asking the process before sending cannot tell: a killed child whose
+other threads are still exiting shows as a zombie in /proc, yet ``waitpid`` does not report it
+and its socket still takes the job until its last thread has gone.
 
 Children are fresh interpreters (``python -m django_workqueue.worker.spawned``), not forks of a
 worker that already runs threads and holds database connections: they import the project from
@@ -67,6 +72,9 @@ RETIRE_GRACE_SECONDS = 5.0
 its jobs left running keeps its interpreter from exiting)."""
 START_TIMEOUT_SECONDS = 120.0
 """How long a child may take to import the project before it counts as failed to start."""
+HANDOVER_TRIES = 3
+"""How many children in a row may end before acknowledging a job before the slot gives the job
+back, uncharged (something keeps killing this worker's children: its log says so)."""
 _CHECK_INTERVAL = 0.1  # how often a waiting slot looks for an abort to pass on
 # Looked up by name: Windows lacks SIGHUP and SIGKILL, and the package must import there too.
 _STOP_SIGNALS = frozenset(
@@ -220,6 +228,10 @@ class _Ended(Exception):
         self.outcome = outcome
 
 
+class _NotBegun(Exception):
+    """The child ended before it acknowledged the job: the job's body never began in it."""
+
+
 class ProcessSlot:
     """The executor of one slot thread of a process pool: its child, replaced as needed."""
 
@@ -235,8 +247,7 @@ class ProcessSlot:
         try:
             return self._run(job, item)
         except _Ended as ended:
-            self.child.close()
-            self.child = Child(self.worker.id, self.limits)
+            self._replace_child()
             return ended.outcome, ended.outcome is not None
         finally:
             self._replace_if_spent()
@@ -253,7 +264,33 @@ class ProcessSlot:
             child.close()
 
     def _run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
-        self._replace_if_dead()
+        """Hand ``job`` to the slot's child, or to a fresh one while children end before
+        acknowledging it (at most ``HANDOVER_TRIES``)."""
+        for handed in range(HANDOVER_TRIES):
+            if handed:
+                self._replace_child()
+            try:
+                return self._hand_over(job, item)
+            except _NotBegun:
+                child = self.child
+                if self.worker.stopping.is_set() and child.stopped_by_signal():
+                    raise _Ended(self._died(job, child)) from None  # released
+                logger.warning(
+                    "worker %s: its child process %s %s before it began job %s; the job is "
+                    "not charged for it",
+                    self.worker.id, child.pid, child.how_it_died(), job.id,
+                )  # fmt: skip
+        logger.error(
+            "job %s: %s child processes in a row ended before they began it; it goes back to "
+            "ready uncharged (something kills this worker's children: the OOM killer? see the "
+            "lines above)",
+            job.id, HANDOVER_TRIES,
+        )  # fmt: skip
+        raise _Ended(ending.released(job))
+
+    def _hand_over(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
+        """Run ``job`` in the slot's child; ``_NotBegun`` if the child ends before it
+        acknowledged the job."""
         child, context = self.child, item.context
         if not child.ready:  # a fresh child imports the project: not the job's time
             item.started = math.inf
@@ -270,7 +307,8 @@ class ProcessSlot:
             ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation,
              child.measure]
         ):  # fmt: skip
-            raise _Ended(self._died(job, child))
+            raise _NotBegun
+        began = False  # whether the child acknowledged the job (its body may have begun)
         task = find_task(job.task_name)
         hard_timeout = (task.spec.hard_timeout if task else None) or self.limits.hard_timeout
         atomic = bool(task and task.spec.atomic)
@@ -283,15 +321,19 @@ class ProcessSlot:
             try:
                 message = child.conn.receive() if child.conn.poll(wait) else None
             except (EOFError, OSError, ValueError):
+                if not began:
+                    raise _NotBegun from None
                 raise _Ended(self._died(job, child)) from None
             if message is not None:
-                if message[0] == "done":
+                if message[0] == "began":
+                    began = True
+                elif message[0] == "done":
                     _, _, fields, pending, resident = message
                     child.jobs_run += 1
                     if resident is not None:
                         child.resident_bytes = resident
                     return (wire.outcome_from_wire(fields) if fields else None), pending
-                if message[0] == "progress":  # then the checks below, even under a flood
+                elif message[0] == "progress":  # then the checks below, even under a flood
                     current, total, text, details = message[2]
                     context.progress = (current, total, text, details)
                     self.worker._on_progress(context)
@@ -316,25 +358,13 @@ class ProcessSlot:
                     job.id, job.task_name, hard_timeout, child.pid,
                 )  # fmt: skip
                 child.kill()
+                if not began:  # a child stuck before it began the job (a thread's C code?)
+                    raise _NotBegun
                 late = JobTimeout(
                     f"{job.task_name} ran past its hard timeout of {hard_timeout}s; its process "
                     f"(pid {child.pid}) was killed"
                 )
                 raise _Ended(self._failed(job, late))
-
-    def _replace_if_dead(self) -> None:
-        """A child that died while it waited for work (the OOM killer, a kill from outside) is
-        replaced before a job is handed to it: the job's body never began in it, so its death
-        is nobody's attempt (``budgets.py``: what is not the body's doing spends nothing)."""
-        child = self.child
-        if child.process.poll() is None:
-            return
-        logger.warning(
-            "worker %s: its idle child process %s %s; starting another",
-            self.worker.id, child.pid, child.how_it_died(),
-        )  # fmt: skip
-        child.close()
-        self.child = Child(self.worker.id, self.limits)
 
     def _died(self, job: ClaimedJob, child: Child) -> Outcome:
         how = child.how_it_died()
@@ -352,6 +382,11 @@ class ProcessSlot:
 
     def _failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
         return ending.not_run(job, find_task(job.task_name), exc)
+
+    def _replace_child(self) -> None:
+        """The slot's child ended (or was killed): start another."""
+        self.child.close()
+        self.child = Child(self.worker.id, self.limits)
 
     def _replace_if_spent(self) -> None:
         child, limits = self.child, self.limits

@@ -10,7 +10,8 @@ holds; only the fields around them are converted here.
 
 worker -> child, job channel: ``["run", job, owner, connection generation, measure memory]``,
 ``["exit"]``; control channel: ``["abort", job_id, attempt, reason]``
-child -> worker, job channel: ``["ready", pid]``, ``["progress", job_id, report]``,
+child -> worker, job channel: ``["ready", pid]``, ``["began", job_id]`` (the acknowledgement of a
+``run``, just before the body begins), ``["progress", job_id, report]``,
 ``["done", job_id, outcome or null, pending, resident bytes or null]``
 """
 
