@@ -28,6 +28,9 @@ Pass criteria, after every fault:
 
 Fast: 2 workers x 4 slots, 320 jobs, 1 restart, 2 rounds of terminations. Full
 (``WORKQUEUE_CHAOS=full``): 4 x 8, 3,200 jobs, 5 restarts, 10 rounds.
+
+One test drives no worker: the liveness rule at a restart, step by step (a key taken before it
+proves no death until its worker takes it again), the race the restart battery can hit.
 """
 
 from __future__ import annotations
