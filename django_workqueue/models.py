@@ -596,6 +596,12 @@ class WorkerProcess(models.Model):
         help_text="What the database's driver checks to tell that the process is gone (the "
         "key of its session's lock, or its pid's start on its host); empty: leases only.",
     )
+    liveness_since = models.DateTimeField(
+        db_default=Now(),
+        help_text="When the process took its liveness token, by the database's clock. On "
+        "PostgreSQL a key taken before the server's last start proves nothing (every session "
+        "ended then): leases only, until the worker takes its key again.",
+    )
 
     class Meta:
         ordering = ["-started_at"]

@@ -59,8 +59,9 @@ class LeaseKeeper:
     def due(self, now: float) -> bool:
         return now >= self.next_renewal
 
-    def renew(self, running: Mapping[int, RunningJob]) -> None:
-        """Renew all leases in ``running``; mark lost leases and requested cancellations.
+    def renew(self, running: Mapping[int, RunningJob]) -> bool:
+        """Renew all leases in ``running``; mark lost leases and requested cancellations;
+        return whether a lease was lost to another attempt (the job reaped).
 
         If the statement fails, the renewal stays due: the control loop retries it after its
         error backoff instead of a whole interval later (a lease outlives only as many missed
@@ -75,7 +76,8 @@ class LeaseKeeper:
         lost = [job_id for job_id, item in running.items()
                  if job_id not in renewed and not item.context.finished
                  and not item.context.lease_lost]  # fmt: skip
-        for job_id, reason in self._why_lost(lost).items():
+        reasons = self._why_lost(lost)
+        for job_id, reason in reasons.items():
             context = running[job_id].context
             if context.abort(reason):
                 logger.warning(
@@ -88,6 +90,7 @@ class LeaseKeeper:
                 continue
             if item.context.abort(AbortReason.CANCEL_REQUESTED):
                 logger.info("job %s: cancellation requested", job_id)
+        return AbortReason.LEASE_LOST in reasons.values()
 
     def _why_lost(self, ids: list[int]) -> dict[int, AbortReason]:
         """Why each job in ``ids`` was not renewed (one query, only when some were lost)."""

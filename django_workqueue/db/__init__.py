@@ -15,6 +15,7 @@ from .base import (
     FlowGroup,
     FlowPick,
     Inserted,
+    LivenessToken,
     NewJob,
     Progress,
     Recorded,
@@ -24,7 +25,7 @@ from .base import (
 
 __all__ = [
     "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowPick",
-    "Inserted", "NewJob", "Outcome",
+    "Inserted", "LivenessToken", "NewJob", "Outcome",
     "OutcomeKind",
     "Progress", "Recorded", "Timing", "WorkerWatch", "driver_class", "driver_for",
 ]  # fmt: skip

@@ -22,6 +22,7 @@ from django.db.models import (
     Case,
     Count,
     DateTimeField,
+    Expression,
     ExpressionWrapper,
     Min,
     Q,
@@ -366,6 +367,17 @@ class Expired:
     queue: str
     owner_gone: bool = False
     """Reaped because its worker is gone (liveness), not because the lease ran out."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LivenessToken:
+    """What a worker holds that ends with its process, as its ``WorkerProcess`` row declares
+    it (``liveness``, ``liveness_since``): a worker declares it again whenever either changes."""
+
+    value: str
+    taken_at: datetime | None = None
+    """When it was taken, by the database's clock (a PostgreSQL key: when its session took
+    it, so that a new session holding the same key is declared anew); None: at the writing."""
 
 
 class WorkerWatch(abc.ABC):
@@ -794,15 +806,23 @@ class Driver(abc.ABC):
 
     def gone_workers(self) -> Collection[str]:
         """The ids of registered workers whose process is known to be gone, by what the
-        database or the host tells at once (``WorkerProcess.liveness``); a worker without a
-        liveness token is never among them (its jobs wait for their leases). A collection
-        usable as ``id__in=`` in a query (a vendor may return a subquery, run with it)."""
+        database or the host tells at once (``WorkerProcess.liveness``); a worker whose token
+        proves nothing (``trusted_liveness``) is never among them (its jobs wait for their
+        leases). A collection usable as ``id__in=`` in a query (a vendor may return a subquery,
+        run with it). The one answer to "is this worker dead?" that the reaper and the
+        maintenance lease's takeover (``maintenance/liveness.py``) both read."""
         return ()
 
-    def liveness_token(self) -> str | None:
+    def trusted_liveness(self) -> Q | Expression:
+        """The ``WorkerProcess`` rows whose liveness token, once no longer held, proves the
+        process gone: those that show one (PostgreSQL adds: taken since the server's last
+        start, ``pg_liveness``). The others' jobs wait for their leases."""
+        return ~Q(liveness="")
+
+    def liveness_token(self) -> LivenessToken | None:
         """This process's liveness token where the vendor takes it from the process itself
         (SQLite: its pid on its host), or None (PostgreSQL: the worker's LISTEN connection
-        holds it, ``listener().liveness``)."""
+        holds it, ``listener().held()``)."""
         return None
 
     def worker_watch(self) -> WorkerWatch | None:

@@ -6,7 +6,10 @@ key of its own, and the worker records the key in its ``WorkerProcess`` row. Whe
 dies the server ends the session and drops the lock, so:
 
 * the reaper reads which registered keys no session holds (``pg_locks``, one subquery of the
-  query it runs anyway) and takes their jobs back at once, whatever their lease;
+  query it runs anyway) and takes their jobs back at once, whatever their lease. A key counts
+  only if its session took it since the server last started (``WorkerProcess.liveness_since``,
+  the server's clock at the take): a restart ends every session, the live workers' too, and
+  their keys prove nothing until they take them again (``_TRUSTED``, the one home of the rule);
 * a worker waiting to take over the maintenance lease blocks on the holder's key in *exclusive*
   mode on a connection of its own (``SessionWatch``): granted the moment the holder's session
   ends, at no cost while it waits. Only shared holds count as alive, so a watcher that holds
@@ -27,10 +30,11 @@ import random
 import threading
 from typing import Any
 
+from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from ..models import WorkerProcess
-from .base import WorkerWatch
+from .base import LivenessToken, WorkerWatch
 
 logger = logging.getLogger("django_workqueue.db")
 
@@ -47,10 +51,10 @@ STANDBY_FREE = "workqueue:standby-free"
 """The payload of the NOTIFY (on the ready-jobs channel) that says a standby slot may be free."""
 
 
-def hold(connection: Any, wanted: str | None = None) -> str | None:
+def hold(connection: Any, wanted: str | None = None) -> LivenessToken | None:
     """Take a liveness key on ``connection`` (a psycopg connection in autocommit): ``wanted``
-    again after a reconnect if it is free, else a fresh one; return it, or None if none could
-    be had (the worker then relies on leases)."""
+    again after a reconnect if it is free, else a fresh one; return it with when it was taken
+    (the server's clock), or None if none could be had (the worker then relies on leases)."""
     for attempt in range(5):
         key = int(wanted) if wanted and not attempt else random.randint(*_KEYS)
         # Exclusive first: fails if any session holds the key (a collision, or a watcher still
@@ -60,9 +64,12 @@ def hold(connection: Any, wanted: str | None = None) -> str | None:
             "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)
         ).fetchone()
         if taken:
-            connection.execute("SELECT pg_advisory_lock_shared(%s, %s)", (LOCK_CLASS, key))
+            [taken_at] = connection.execute(
+                "SELECT statement_timestamp() FROM pg_advisory_lock_shared(%s, %s)",
+                (LOCK_CLASS, key),
+            ).fetchone()
             connection.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
-            return str(key)
+            return LivenessToken(value=str(key), taken_at=taken_at)
     logger.warning("no liveness key could be taken: this worker's crash waits for its leases")
     return None
 
@@ -90,12 +97,26 @@ def release_standby(connection: Any, slot: int, channel: str) -> None:
     )
 
 
+# When a key proves its worker's death once no session holds it: the row shows a key, taken
+# since the server last started. A key taken before then was dropped with every session at
+# the restart (or the crash): until its worker, alive, takes it again, no session holding it
+# says nothing, and the worker's jobs wait for their leases. Columns of WorkerProcess,
+# unqualified: the only table of the query (trusted()) or of the subquery (gone_workers()).
+_TRUSTED = "liveness <> '' AND liveness_since > pg_postmaster_start_time()"
+
+
+def trusted() -> RawSQL:
+    """The ``WorkerProcess`` rows whose key proves their worker's death once no session holds
+    it (a condition, for ``filter()`` or ``annotate()``)."""
+    return RawSQL(_TRUSTED, (), output_field=BooleanField())  # noqa: S611 - constant SQL
+
+
 def gone_workers() -> RawSQL:
-    """The ids of registered workers whose liveness key no session holds in shared mode: a
-    subquery, for ``id__in=`` or ``lease_owner__in=``."""
+    """The ids of registered workers whose trusted liveness key (``trusted``) no session holds
+    in shared mode: a subquery, for ``id__in=`` or ``lease_owner__in=``."""
     table = WorkerProcess._meta.db_table
     return RawSQL(  # noqa: S611 - the table name is ours, the key class a parameter
-        f"SELECT w.id FROM {table} w WHERE w.liveness <> '' AND NOT EXISTS ("
+        f"SELECT id FROM {table} w WHERE {_TRUSTED} AND NOT EXISTS ("
         " SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted"
         " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND l.classid = %s AND l.objsubid = 2 AND l.mode = 'ShareLock'"

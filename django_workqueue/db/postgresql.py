@@ -42,6 +42,7 @@ from .base import (
     FlowGroup,
     FlowPick,
     Inserted,
+    LivenessToken,
     NewJob,
     Progress,
     Recorded,
@@ -948,6 +949,9 @@ class PostgresDriver(Driver):
     def gone_workers(self) -> Any:
         return pg_liveness.gone_workers()
 
+    def trusted_liveness(self) -> Any:
+        return pg_liveness.trusted()
+
     def worker_watch(self) -> pg_liveness.SessionWatch | None:
         if not conf.LISTEN_NOTIFY:  # no direct connection is asked for: leases only
             return None
@@ -1046,8 +1050,16 @@ class Listener(threading.Thread):
     reconnects with backoff when the connection drops and then calls ``on_ready(None)``,
     so the worker polls once for anything announced while it was deaf (an abort missed then is
     found by the heartbeat). Polling stays on regardless. Its session holds the worker's
-    liveness key (``liveness``, None while it is down; see ``pg_liveness``).
+    liveness key (``held()``, None while it is down or in doubt; see ``pg_liveness``).
     ``name``, if given, is the connection's application_name (the worker's session name).
+
+    A session the server ended while no packet could reach this host (a partition: the
+    server's keepalives gave up on it) looks open from here until this end sends something,
+    and its key is free on the server meanwhile: the maintainer would take the worker for
+    dead and reap every job it claims. So whoever has reason to think the session may be gone
+    (the worker's own connection was lost, or its jobs were taken from it) calls ``doubt()``:
+    the key counts as not held until a round trip on this connection has proven the session,
+    or a new session has taken the key again.
     """
 
     def __init__(
@@ -1068,9 +1080,12 @@ class Listener(threading.Thread):
         self.stopping = threading.Event()
         self.connected = threading.Event()
         self.connection: Any = None
-        self.liveness: str | None = None
-        """The liveness key this listener's session holds; kept after a disconnect, so that
+        self.liveness: LivenessToken | None = None
+        """The liveness key this listener's session took; kept after a disconnect, so that
         the reconnect takes the same one again."""
+        self._doubt_lock = threading.Lock()
+        self._doubts = 0  # doubt() calls so far
+        self._proven = 0  # of which a round trip (or a new session) has answered this many
         self.standbys = standbys
         self.on_standby = on_standby
         """Called (on this thread) when ``standby`` changes."""
@@ -1086,10 +1101,13 @@ class Listener(threading.Thread):
         backoff = 0.1
         while not self.stopping.is_set():
             try:
+                doubts = self._doubts  # a new session answers the doubts raised before it
                 self.connection = psycopg.connect(**self.params, autocommit=True)
                 with self.connection:
                     # The worker's liveness: held as long as this session lives (pg_liveness).
-                    self.liveness = pg_liveness.hold(self.connection, self.liveness)
+                    wanted = self.liveness.value if self.liveness else None
+                    self.liveness = pg_liveness.hold(self.connection, wanted)
+                    self._proven = doubts
                     self.connection.execute(f"LISTEN {CHANNEL}")
                     # A slot, once this session hears of slots freed (none is missed between).
                     with self._standby_lock:
@@ -1103,6 +1121,7 @@ class Listener(threading.Thread):
                         for notice in self.connection.notifies(timeout=1.0):
                             self._dispatch(notice.channel, notice.payload)
                         self._tend_standby()  # the connection is free between two waits
+                        self._prove()
                     self.want_standby(False)
                     self._tend_standby()  # a slot given up on the way out: another takes it
             except Exception as exc:
@@ -1117,6 +1136,27 @@ class Listener(threading.Thread):
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self.connected.clear()
+
+    def held(self) -> LivenessToken | None:
+        """The liveness key this listener's session holds now, or None: no session, no key,
+        or a doubt not yet answered (any thread)."""
+        if not self.connected.is_set() or self._proven != self._doubts:
+            return None
+        return self.liveness
+
+    def doubt(self) -> None:
+        """The session may be gone unseen: ``held()`` is None until a round trip on it (at the
+        next turn, within a second) or a new session answers (any thread)."""
+        with self._doubt_lock:
+            self._doubts += 1
+
+    def _prove(self) -> None:
+        """Answer the doubts raised so far with a round trip: a session the server ended
+        fails it, and this listener reconnects and takes its key again."""
+        doubts = self._doubts
+        if doubts != self._proven:
+            self.connection.execute("SELECT 1")
+            self._proven = doubts
 
     def want_standby(self, wanted: bool) -> None:
         """Hold a standby slot (at the next turn, if one is free) or give it up (any thread)."""

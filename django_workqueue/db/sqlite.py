@@ -38,6 +38,7 @@ from .base import (
     FlowGroup,
     FlowPick,
     Inserted,
+    LivenessToken,
     NewJob,
     Progress,
     Recorded,
@@ -588,7 +589,7 @@ class SQLiteDriver(Driver):
         rows = (
             WorkerProcess.objects.using(self.alias)
             .filter(host=socket.gethostname())
-            .exclude(liveness="")
+            .filter(self.trusted_liveness())
         )
         return [
             worker_id
@@ -596,8 +597,9 @@ class SQLiteDriver(Driver):
             if process_identity.is_gone(pid, token)
         ]
 
-    def liveness_token(self) -> str | None:
-        return process_identity.own_token()
+    def liveness_token(self) -> LivenessToken | None:
+        token = process_identity.own_token()
+        return None if token is None else LivenessToken(value=token)
 
     def worker_watch(self) -> PidWatch:
         return PidWatch()

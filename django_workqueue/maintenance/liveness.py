@@ -15,8 +15,13 @@ definition, its pid and that pid's start. From it:
   pid, by every worker), so a dead maintainer is replaced within about a second instead of a
   lease.
 
+Whether a token proves a death is the driver's one answer (``Driver.gone_workers``, and
+``Driver.trusted_liveness`` for a token that would prove nothing: on PostgreSQL a key taken
+before the server's last start), which the reaper and ``look_up`` both read.
+
 Leases stay the fallback for what liveness cannot see: a process alive but cut off from the
-database, a body that hangs, a worker without a token (no LISTEN connection, no ``/proc``).
+database, a body that hangs, a worker without a token (no LISTEN connection, no ``/proc``), a
+worker whose token is in doubt (``worker/registration.py``).
 """
 
 from __future__ import annotations
@@ -46,21 +51,26 @@ class Holder:
 
 
 def look_up(alias: str, driver: Driver, worker_id: str) -> Holder | None:
-    """The worker ``worker_id`` as liveness sees it now (one read), or None if it has no row."""
+    """The worker ``worker_id`` as liveness sees it now (one read), or None if it has no row.
+    Dead or not is the driver's one answer (``gone_workers``); a token that would prove
+    nothing (``trusted_liveness``: e.g. a key taken before the server's last start) is shown
+    as none, so that the holder is watched by its lease alone until it declares one anew."""
     gone = driver.gone_workers()
     is_gone = (
         Case(When(id__in=gone, then=Value(True)), default=Value(False)) if gone else Value(False)
     )
+    trusted = Case(When(driver.trusted_liveness(), then=Value(True)), default=Value(False))
     row = (
         WorkerProcess.objects.using(alias)
         .filter(id=worker_id)
-        .annotate(gone=is_gone)
-        .values_list("host", "pid", "liveness", "gone")
+        .annotate(gone=is_gone, trusted=trusted)
+        .values_list("host", "pid", "liveness", "gone", "trusted")
         .first()
     )
     if row is None:
         return None
-    host, pid, token, dead = row
+    host, pid, token, dead, counts = row
+    token = token if counts else ""
     return Holder(worker_id, host, pid, token, bool(dead and token))
 
 

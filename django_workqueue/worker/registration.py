@@ -2,8 +2,9 @@
 
 The row's ``liveness`` is the token that tells the fleet's maintainer, without waiting for a
 lease, that this process is gone (``maintenance/liveness.py``): on PostgreSQL the key its LISTEN
-session holds, on SQLite its pid's identity on its host. It is written only once the token
-holds, so a worker is never taken for dead before it could be seen alive.
+session holds, on SQLite its pid's identity on its host; ``liveness_since`` says when it was
+taken (a PostgreSQL key taken before the server's last start proves nothing). It is written
+only once the token holds, so a worker is never taken for dead before it could be seen alive.
 
 The row shows the host, pid, queues, when the worker started, when it was last seen and how many
 jobs it was running then (both written by each heartbeat), the slots the worker has now
@@ -17,9 +18,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from django.db.models.functions import Now
 
+from ..db import LivenessToken
 from ..models import WorkerProcess
 
 
@@ -33,7 +36,7 @@ class Registration:
         *,
         concurrency_range: tuple[int, int] | None = None,
         queue_slots: Mapping[str, int] | None = None,
-        liveness: Callable[[], str | None] = lambda: None,
+        liveness: Callable[[], LivenessToken | None] = lambda: None,
     ):
         self.alias = alias
         self.worker_id = worker_id
@@ -43,7 +46,7 @@ class Registration:
         self.queue_slots = dict(queue_slots or {})
         self.liveness = liveness
         """The liveness token this process holds now (None: none yet, or lost)."""
-        self.declared: str | None = None
+        self.declared: LivenessToken | None = None
         """The token the row shows."""
         self.registered = False
 
@@ -60,23 +63,24 @@ class Registration:
                 "concurrency_min": floor,
                 "concurrency_max": ceiling,
                 "queue_slots": self.queue_slots,
-                "liveness": token or "",
+                **_declaration(token),
             },
         )
         self.registered = True
         self.declared = token
 
     def declare_liveness(self) -> None:
-        """Show the token this process holds now, written only when it changed. A token lost
-        while the process runs (a database restart, a cut LISTEN connection) is shown as none:
-        this code running proves the worker alive, so the reaper leaves its jobs to their
-        leases until a new token is taken, instead of taking a live worker for dead and
-        reaping the jobs it claims meanwhile. (Called before every claim.)"""
+        """Show the token this process holds now, written only when it changed (a new value,
+        or the same key taken again by a new session). A token lost or in doubt while the
+        process runs (a database restart, a cut LISTEN connection, a session the server ended
+        unseen) is shown as none: this code running proves the worker alive, so the reaper
+        leaves its jobs to their leases until a token is held again, instead of taking a live
+        worker for dead and reaping the jobs it claims meanwhile. (Called before every claim.)"""
         token = self.liveness()
         if token == self.declared:
             return
         WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).update(
-            liveness=token or ""
+            **_declaration(token)
         )
         self.declared = token
 
@@ -109,3 +113,10 @@ class Registration:
 
     def unregister(self) -> None:
         WorkerProcess.objects.using(self.alias).filter(id=self.worker_id).delete()
+
+
+def _declaration(token: LivenessToken | None) -> dict[str, Any]:
+    """The row's fields that declare ``token`` (None: no token, leases only)."""
+    if token is None:
+        return {"liveness": "", "liveness_since": Now()}
+    return {"liveness": token.value, "liveness_since": token.taken_at or Now()}

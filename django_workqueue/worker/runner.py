@@ -51,7 +51,7 @@ from ..attempt.lease import LeaseKeeper, RunningJob
 from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, Outcome, driver_for
+from ..db import ClaimedJob, LivenessToken, Outcome, driver_for
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
@@ -284,6 +284,7 @@ class Worker:
             connections[self.alias].close()
             self._db_generation += 1  # slots check their own connections before their next job
             self._connection_lost = True
+            self._doubt_liveness()
         logger.warning(
             "worker %s: %s failed (%s: %s); retrying in %.1fs",
             self.id, step.lstrip("_"), type(exc).__name__, exc, self._backoff_for(),
@@ -318,14 +319,23 @@ class Worker:
             self.registration.register()
         self.registration.declare_liveness()
 
-    def _liveness(self) -> str | None:
+    def _liveness(self) -> LivenessToken | None:
         """The liveness token this process holds now: its LISTEN session's key (PostgreSQL),
         or what the driver takes from the process itself (SQLite: its pid on this host)."""
         if self._listener is None:
             return self.driver.liveness_token()
-        connected = getattr(self._listener, "connected", None)
-        held = connected is not None and connected.is_set()
-        return getattr(self._listener, "liveness", None) if held else None
+        held = getattr(self._listener, "held", None)
+        return held() if held is not None else None
+
+    def _doubt_liveness(self) -> None:
+        """This worker's connection was lost, or jobs were taken from it: its LISTEN session
+        may have been ended by the server unseen (a partition), its key free and the worker
+        taken for dead. Its row shows no key until the listener has proven its session or
+        taken the key again (``Listener.doubt``), so that what it claims meanwhile is not
+        reaped as a dead worker's."""
+        doubt = getattr(self._listener, "doubt", None)
+        if doubt is not None:
+            doubt()
 
     def _standby(self) -> bool:
         """Whether this worker may watch the maintainer: its listener holds a standby slot, or
@@ -346,7 +356,8 @@ class Worker:
         self._check_timeouts(running, now)
         if not self.leases.due(now):
             return
-        self.leases.renew(running)
+        if self.leases.renew(running):
+            self._doubt_liveness()
         self._requested = self.registration.beat(running=len(running))
 
     def _maintain(self) -> None:
@@ -403,6 +414,8 @@ class Worker:
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
+        if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
+            self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
         if done:  # a retry without delay is ready again: claim (a process pool claims first)
             self._poll_now = True
             self.wake.set()

@@ -99,6 +99,14 @@ def _reaped_at(job_ids: set[int]) -> dict[tuple[int, int], float]:
     return reaped
 
 
+def _reaped_as_gone(worker_id: str, jobs: Any) -> list[tuple[int, int]]:
+    """The (job, attempt) pairs of ``jobs`` that the reaper took from ``worker_id`` because
+    liveness said it was gone (not because a lease ran out)."""
+    gone = f"worker {worker_id} is gone"
+    return [(job.pk, error["attempt"]) for job in jobs for error in job.errors
+            if error["type"] == "LeaseExpired" and error["message"].startswith(gone)]  # fmt: skip
+
+
 def _assert_recovered(held: list[tuple[int, int]], cut_at: float) -> dict[str, Any]:
     """Every held attempt was reaped within the bound of the cut, or (its completion having
     reached the server before the cut) ended the job on that very attempt."""
@@ -191,6 +199,11 @@ def test_a_partitioned_host_that_comes_back_cannot_overwrite_recovered_jobs(
     assert taken, "every job the host held had completed before the cut: the test proved nothing"
     rows = {row["id"]: row for row in Job.objects.filter(pk__in=[j for j, _ in taken]).values()}
 
+    # The hardest return: the server has ended every session of the partitioned host (its
+    # keepalives gave up on it), so the host comes back to find its LISTEN session, and the
+    # liveness key that session held, gone, while its own end of every connection looks open.
+    wait_for(lambda: not away.relay.connections, alive=[stale, steady],
+             message="the server to end the partitioned host's sessions")  # fmt: skip
     away.heal()
     for job, attempt in taken:
         stale.wait_logged(f"job {job} attempt {attempt}: this worker no longer holds the lease")
@@ -211,6 +224,11 @@ def test_a_partitioned_host_that_comes_back_cannot_overwrite_recovered_jobs(
 
     wait_for(rejoined, alive=[stale, steady], message="the healed host to complete a new job")
     wait_all_terminal(timeout=60)
+    # Alive all along: nothing it claimed once back was taken from it as a dead worker's.
+    taken_as_dead = _reaped_as_gone(stale.worker_id, Job.objects.filter(pk__gt=newest))
+    assert not taken_as_dead, (
+        f"the healed host's new jobs were reaped as if it had died: {taken_as_dead}"
+    )
     report = check_invariants(ids, ledger, away.worker_ids)
     print(report)
     report.assert_ok()

@@ -28,6 +28,9 @@ Pass criteria, after every fault:
 
 Fast: 2 workers x 4 slots, 320 jobs, 1 restart, 2 rounds of terminations. Full
 (``WORKQUEUE_CHAOS=full``): 4 x 8, 3,200 jobs, 5 restarts, 10 rounds.
+
+One test drives no worker: the liveness rule at a restart, step by step (a key taken before it
+proves no death until its worker takes it again), the race the restart battery can hit.
 """
 
 from __future__ import annotations
@@ -331,3 +334,57 @@ def test_terminating_every_workqueue_backend(
                      lease_may_expire=False)  # fmt: skip
     assert figures["lease_expired"] == 0, f"a shorter outage than the lease expired some: {figures}"
     assert figures["plain_reruns"] == 0, f"a shorter outage than the lease re-ran jobs: {figures}"
+
+
+def test_a_key_taken_before_a_restart_proves_no_death_until_its_worker_takes_it_again(
+    cluster_db: PostgresCluster,
+) -> None:
+    """Right after a restart no session holds any liveness key, a live worker's no more than a
+    dead one's: until the worker's LISTEN connection is back and has taken its key again, its
+    jobs wait for their leases instead of being reaped as a dead worker's. Once it has, its
+    death is seen at once again. (A deterministic form of the race the restart battery can
+    hit at full size: the maintainer's first pass after the restart, before the others'
+    listeners reconnect.)"""
+    import psycopg
+
+    from django_workqueue.db import LivenessToken, driver_for, pg_liveness
+    from django_workqueue.db.postgresql import listen_params
+    from django_workqueue.maintenance.liveness import look_up
+    from django_workqueue.maintenance.reaper import Reaper
+    from django_workqueue.worker.registration import Registration
+    from tests.support.factories import JobFactory
+
+    params = listen_params(connection, None)
+    held: list[LivenessToken | None] = []
+    registration = Registration("default", "alive", ["default"], 1, liveness=lambda: held[-1])
+    before = psycopg.connect(**params, autocommit=True)
+    held.append(pg_liveness.hold(before))
+    registration.register()
+    job = JobFactory(running=True, lease_owner="alive")  # leased for a minute
+    reaper = Reaper("default", 1.0)
+    assert reaper.run_once() == 0  # alive: its session holds its key
+
+    connection.close()
+    cluster_db.restart(mode="immediate")  # every session ends: the worker's key is free
+    connection.close()
+    before.close()
+
+    assert reaper.run_once() == 0, "a live worker's job was reaped as if it had died"
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner) == ("running", "alive")
+    holder = look_up("default", driver_for("default"), "alive")
+    assert holder is not None and (holder.liveness, holder.gone) == ("", False)
+
+    with psycopg.connect(**params, autocommit=True) as after:  # its listener reconnects
+        first = held[-1]
+        held.append(pg_liveness.hold(after, first.value if first else None))
+        registration.declare_liveness()
+        again = held[-1]
+        assert again is not None and first is not None and again.value == first.value
+        assert reaper.run_once() == 0
+        holder = look_up("default", driver_for("default"), "alive")
+        assert holder is not None and (holder.liveness, holder.gone) == (again.value, False)
+    # The worker dies: its key, declared since the restart, tells at once (the lease has ~60 s).
+    assert reaper.run_once() == 1
+    job.refresh_from_db()
+    assert job.status == "ready" and "is gone" in job.errors[-1]["message"]

@@ -21,7 +21,7 @@ from django.db import connection
 
 from django_workqueue import process_identity
 from django_workqueue.conf import workqueue_settings as conf
-from django_workqueue.db import driver_for
+from django_workqueue.db import LivenessToken, driver_for
 from django_workqueue.db.pg_liveness import STANDBY_FREE
 from django_workqueue.maintenance.leadership import Leadership
 from django_workqueue.maintenance.liveness import HolderWatch, look_up
@@ -41,6 +41,11 @@ def register(worker_id: str, liveness: str, pid: int | None = None) -> WorkerPro
         id=worker_id, host=socket.gethostname(), pid=pid or os.getpid(), concurrency=1,
         liveness=liveness,
     )  # fmt: skip
+
+
+def value(token: LivenessToken | None) -> str:
+    """What a worker's row shows of ``token`` (none: "")."""
+    return token.value if token is not None else ""
 
 
 @contextmanager
@@ -87,8 +92,8 @@ def test_a_lease_is_taken_over_from_its_gone_holder_at_once_and_from_nobody_else
 @pytest.mark.django_db
 def test_sqlite_sees_a_worker_gone_when_its_process_has_exited():
     driver = driver_for("default")
-    assert driver.liveness_token() == process_identity.own_token()
-    register("me", driver.liveness_token() or "")
+    assert value(driver.liveness_token()) == process_identity.own_token()
+    register("me", value(driver.liveness_token()))
     with child_process() as child:
         register("child", process_identity.token_of(child.pid) or "", pid=child.pid)
         register("no-token", "", pid=child.pid)
@@ -139,8 +144,8 @@ def test_postgresql_sees_a_worker_gone_when_its_session_ends():
 
     driver = driver_for("default")
     with direct_connection() as alive, direct_connection() as dying:
-        register("alive", pg_liveness.hold(alive) or "")
-        register("dying", pg_liveness.hold(dying) or "")
+        register("alive", value(pg_liveness.hold(alive)))
+        register("dying", value(pg_liveness.hold(dying)))
         register("no-token", "")
         assert set(WorkerProcess.objects.filter(id__in=driver.gone_workers())) == set()
         dying.close()
@@ -155,7 +160,7 @@ def test_the_session_watch_returns_when_the_session_ends_or_when_interrupted():
     from django_workqueue.db import pg_liveness
 
     with direct_connection() as holder:
-        token = pg_liveness.hold(holder) or ""
+        token = value(pg_liveness.hold(holder))
         worker = look_up("default", driver_for("default"), register("h", token).id)
         watch = driver_for("default").worker_watch()
         thread, answers = watching(watch, worker)
@@ -187,7 +192,7 @@ def test_a_holder_watch_that_follows_nobody_keeps_no_connection():
     from django_workqueue.db import pg_liveness
 
     with direct_connection() as holder:
-        token = pg_liveness.hold(holder) or ""
+        token = value(pg_liveness.hold(holder))
         worker = look_up("default", driver_for("default"), register("h", token).id)
         session = driver_for("default").worker_watch()
         watch = HolderWatch(session, on_gone=lambda worker_id: None)
@@ -232,6 +237,48 @@ def listeners() -> Iterator[Callable[..., Any]]:
         listener.stop()
     for listener in started:
         listener.join(10)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_in_doubt_shows_no_key_until_its_session_is_proven():
+    import psycopg
+
+    from django_workqueue.db import pg_liveness
+    from django_workqueue.db.postgresql import Listener, listen_params
+
+    # Its thread not started: this test takes the turns the thread would take.
+    params = listen_params(connection, conf.LISTEN_DSN)
+    listener = Listener(params, lambda queue: None, lambda job, why: None)
+    with psycopg.connect(**params, autocommit=True) as session:
+        listener.connection, listener.liveness = session, pg_liveness.hold(session)
+        listener.connected.set()
+        token = listener.held()
+        assert token is not None and token.taken_at is not None
+
+        listener.doubt()  # e.g. the worker's own connection was lost: was this one ended too?
+        assert listener.held() is None
+        listener._prove()  # its next turn: a round trip on the session
+        assert listener.held() == token  # the same session: the same declaration
+
+        listener.doubt()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [session.info.backend_pid])
+        with pytest.raises(psycopg.OperationalError):  # ended: the thread would reconnect
+            listener._prove()
+        assert listener.held() is None
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_listener_whose_session_ended_takes_its_key_again_in_a_new_declaration(listeners):
+    (listener,) = listeners(1, standbys=0)
+    token = listener.held()
+    with connection.cursor() as cursor:  # the server ends the session: a new one, same key
+        cursor.execute("SELECT pg_terminate_backend(%s)", [listener.connection.info.backend_pid])
+    wait_until(lambda: (listener.held() or token) != token, message="the key taken again")
+    again = listener.held()
+    assert again.value == token.value and again.taken_at > token.taken_at
 
 
 def standbys_of(listeners: list[Any]) -> list[Any]:
@@ -312,7 +359,7 @@ def test_the_reaper_announces_a_free_slot_when_it_reaps_a_dead_workers_jobs():
     from django_workqueue.db import pg_liveness
 
     with direct_connection() as dead:
-        register("dead", pg_liveness.hold(dead) or "")
+        register("dead", value(pg_liveness.hold(dead)))
     far = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     job = JobFactory(running=True, lease_owner="dead", lease_expires_at=far)
 
@@ -343,9 +390,9 @@ def test_only_a_standby_watches_the_maintainer_and_the_maintainer_gives_its_slot
         from django_workqueue.db import pg_liveness
 
         session = direct_connection()
-        register("holder", pg_liveness.hold(session) or "")
+        register("holder", value(pg_liveness.hold(session)))
     else:
-        register("holder", driver.liveness_token() or "")
+        register("holder", value(driver.liveness_token()))
     idle = maintainer("idle", standby=False, asked=[])
     standby = maintainer("standby", standby=True, asked=[])
     try:
@@ -384,9 +431,9 @@ def test_a_holder_seen_before_it_shows_its_token_is_looked_at_again_soon():
         if session is not None:
             from django_workqueue.db import pg_liveness
 
-            token = pg_liveness.hold(session) or ""
+            token = value(pg_liveness.hold(session))
         else:
-            token = driver_for("default").liveness_token() or ""
+            token = value(driver_for("default").liveness_token())
         WorkerProcess.objects.filter(id="holder").update(liveness=token)
         standby.run_if_due(at=standby.next_check)
 

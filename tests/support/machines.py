@@ -86,7 +86,8 @@ class LivenessToken:
 
             params = listen_params(connections[alias], None)
             self.connection = psycopg.connect(**params, autocommit=True)
-            self.pid, self.token = os.getpid(), pg_liveness.hold(self.connection) or ""
+            held = pg_liveness.hold(self.connection)
+            self.pid, self.token = os.getpid(), held.value if held else ""
         else:
             self.process = subprocess.Popen(["sleep", "600"])
             self.pid = self.process.pid
