@@ -148,10 +148,14 @@ def test_postgresql_sees_a_worker_gone_when_its_session_ends():
         register("dying", value(pg_liveness.hold(dying)))
         register("no-token", "")
         assert set(WorkerProcess.objects.filter(id__in=driver.gone_workers())) == set()
-        dying.close()
+        dying.close()  # the server ends the session (and drops its lock) a moment later
 
-        gone = WorkerProcess.objects.filter(id__in=driver.gone_workers())
-        assert list(gone.values_list("id", flat=True)) == ["dying"]
+        def gone() -> list[str]:
+            rows = WorkerProcess.objects.filter(id__in=driver.gone_workers())
+            return list(rows.values_list("id", flat=True))
+
+        wait_until(lambda: gone() == ["dying"], message=f"only 'dying' gone (now {gone()})")
+        assert gone() == ["dying"]
 
 
 @pytest.mark.postgres_only
