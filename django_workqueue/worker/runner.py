@@ -491,7 +491,7 @@ class Worker:
             self.claimed_count += len(jobs)
             with self._lock:
                 self.leases.schedule(self._running, now)
-                self.backpressure.recent.add(now, claimed=len(jobs))
+                self.backpressure.count_claimed(now, len(jobs))
         return len(jobs) + batched
 
     def _scale(self) -> None:
@@ -626,7 +626,7 @@ class Worker:
                     self._executing -= 1
                     self.pool.ended(job.queue)
                     if outcome is not None:
-                        self.backpressure.recent.add_outcome(time.monotonic(), outcome.kind)
+                        self.backpressure.count_outcome(outcome.kind)
                     if outcome is not None and pending:
                         item.context.finished = True
                         self.completer.hand_over(outcome, item.started)
