@@ -22,6 +22,9 @@ from typing import Any
 from . import budgets
 from .states import TERMINAL, Status, transition
 
+# json.dumps(row, separators=...) makes an encoder per call; one shared encoder writes the same.
+_ROW_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
 
 class OutcomeKind(enum.StrEnum):
     SUCCEEDED = "succeeded"
@@ -157,5 +160,5 @@ class Outcome:
     def encoded(self) -> str:
         """``row()`` as JSON, made once (slots make it, so the control thread only joins)."""
         if self._encoded is None:
-            self._encoded = json.dumps(self.row(), separators=(",", ":"))
+            self._encoded = _ROW_ENCODER.encode(self.row())
         return self._encoded

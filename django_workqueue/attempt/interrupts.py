@@ -13,10 +13,8 @@ pool's child ignores SIGINT.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
-from collections.abc import Iterator
 from types import FrameType
 
 _received = False  # set on the main thread only, by a SIGINT while a body runs there
@@ -28,23 +26,29 @@ def _note_interrupt(signum: int, frame: FrameType | None) -> None:
     signal.default_int_handler(signum, frame)
 
 
-@contextlib.contextmanager
-def watched() -> Iterator[None]:
+class watched:
     """Note a SIGINT received while the block runs (on the main thread, where Python's default
-    handler is in place; a nested block shares the outer one's watch)."""
-    global _received
-    install = False
-    if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        install = handler is signal.default_int_handler
-        if handler is not _note_interrupt:  # not inside another watch: a fresh one
-            _received = False
-        if install:
-            signal.signal(signal.SIGINT, _note_interrupt)
-    try:
-        yield
-    finally:
-        if install:
+    handler is in place; a nested block shares the outer one's watch).
+
+    A class rather than a generator: every attempt enters one, and on a slot thread (the
+    common case) it does nothing but look at which thread it is on.
+    """
+
+    __slots__ = ("_install",)
+
+    def __enter__(self) -> None:
+        global _received
+        self._install = False
+        if threading.current_thread() is threading.main_thread():
+            handler = signal.getsignal(signal.SIGINT)
+            self._install = handler is signal.default_int_handler
+            if handler is not _note_interrupt:  # not inside another watch: a fresh one
+                _received = False
+            if self._install:
+                signal.signal(signal.SIGINT, _note_interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._install:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

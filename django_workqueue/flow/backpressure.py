@@ -132,6 +132,17 @@ class Backpressure:
             raise TypeError(f"WORKQUEUE['BACKPRESSURE'] {value!r} is not callable")
         return cls(worker_id, hook, float(conf.BACKPRESSURE_WINDOW))
 
+    def count_claimed(self, now: float, claimed: int) -> None:
+        """The worker claimed ``claimed`` jobs (counted only for a hook: nothing else reads
+        the counts, and the hook is the setting's at the worker's start)."""
+        if self.hook is not None:
+            self.recent.add(now, claimed=claimed)
+
+    def count_outcome(self, kind: OutcomeKind) -> None:
+        """An attempt ended as ``kind`` (counted only for a hook, as ``count_claimed``)."""
+        if self.hook is not None:
+            self.recent.add_outcome(time.monotonic(), kind)
+
     def stats(self, now: float, *, slots: int, busy: int) -> WorkerStats:
         claimed, succeeded, failed = self.recent.totals(now)
         return WorkerStats(

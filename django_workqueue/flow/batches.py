@@ -61,8 +61,16 @@ def batch_groups(queues: Sequence[str]) -> list[Group]:
     """Every (queue, batch task registered in this process) a worker of ``queues`` claims from.
 
     Every served queue, not only the task's own: ``task.using(queue=...)`` moves its jobs."""
-    tasks = [t for _, t in sorted(registered_tasks().items()) if t.spec.batch_size is not None]
+    # Filtered before sorting: every pass lists them, and most tasks are not batch tasks.
+    batch_tasks = (
+        (name, t) for name, t in registered_tasks().items() if t.spec.batch_size is not None
+    )
+    tasks = [task for _, task in sorted(batch_tasks, key=_name)]
     return [Group(queue=queue, task=task) for task in tasks for queue in queues]
+
+
+def _name(item: tuple[str, Task[..., Any]]) -> str:
+    return item[0]
 
 
 def claim_batches(
@@ -84,15 +92,16 @@ def claim_batches(
     due_in: float | None = None
     if not groups or slots <= 0:
         return ClaimedBatches(batches=batches)
+    keyed = [(group, group.flow_key) for group in groups]  # each key made once a pass
     # One read finds the groups worth a claim; an idle or filling group costs nothing more.
     backlog = driver.batch_backlog(
-        [(group.queue, group.flow_key, group.task.spec.batch_size or 1) for group in groups], now
+        [(group.queue, key, group.task.spec.batch_size or 1) for group, key in keyed], now
     )
-    start = random.randrange(len(groups))
-    for group in groups[start:] + groups[:start]:
+    start = random.randrange(len(keyed))
+    for group, key in keyed[start:] + keyed[:start]:
         spec = group.task.spec
         size = spec.batch_size or 1
-        ready, waited = backlog.get((group.queue, group.flow_key), (0, 0.0))
+        ready, waited = backlog.get((group.queue, key), (0, 0.0))
         if ready == 0:
             continue
         # Not due by this read (with a millisecond to spare for the float of `waited`): the
@@ -102,9 +111,7 @@ def claim_batches(
             continue
         while len(batches) < slots:
             try:
-                claim = driver.claim_batch(
-                    group.queue, group.flow_key, size, spec.batch_wait, owner, now
-                )
+                claim = driver.claim_batch(group.queue, key, size, spec.batch_wait, owner, now)
             except Exception as exc:
                 if not batches:
                     raise

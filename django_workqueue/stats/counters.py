@@ -8,7 +8,6 @@ the hot path a statement a batch.
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 import zlib
@@ -63,18 +62,21 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         return
     kinds = {(o.job_id, o.attempt): o.kind for o in outcomes}
     shard = zlib.crc32(owner.encode()) % SHARDS
-    totals: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
+    totals: dict[tuple[str, str, str, int], int] = {}
     for timing in recorded.timings:
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
         if name is None:
             continue
-        where = (timing.queue, timing.task_name)
-        totals[(*where, name, 0)] += 1
-        if timing.run_seconds is not None and timing.run_seconds >= 0:
-            totals[(*where, "run", bucket(timing.run_seconds))] += 1
+        queue, task = timing.queue, timing.task_name
+        counted = [(queue, task, name, 0)]
+        run, wait = timing.run_seconds, timing.wait_seconds
+        if run is not None and run >= 0:
+            counted.append((queue, task, "run", bucket(run)))
         # Negative when the write moved run_after on (a retry's delay): the wait is unknown.
-        if timing.wait_seconds is not None and timing.wait_seconds >= 0:
-            totals[(*where, "wait", bucket(timing.wait_seconds))] += 1
+        if wait is not None and wait >= 0:
+            counted.append((queue, task, "wait", bucket(wait)))
+        for key in counted:
+            totals[key] = totals.get(key, 0) + 1
     driver.count_stats(
         sorted(
             (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()

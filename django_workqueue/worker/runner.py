@@ -161,6 +161,10 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
+        # A process pool claims before it writes the outcomes: a child that handed back an
+        # outcome idles until its slot gets a job, and that wait is one round trip instead of
+        # two (the write, then the claim). Threads share one core: no gain.
+        self._claim_first = self.processes is not None
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -256,10 +260,7 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        # A process pool claims before it writes the outcomes: a child that handed back an
-        # outcome idles until its slot gets a job, and that wait is one round trip instead of
-        # two (the write, then the claim). Threads share one core: no gain.
-        first, then = (self._fill, self._flush) if self.processes else (self._flush, self._fill)
+        first, then = (self._fill, self._flush) if self._claim_first else (self._flush, self._fill)
         steps = (self._ensure_session, self._heartbeat, self._write_progress, first,
                  self._maintain, then, self._scale)  # fmt: skip
         for step in steps:
@@ -416,9 +417,10 @@ class Worker:
         done, written = self.completer.write_outcomes()
         if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
             self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
-        if done:  # a retry without delay is ready again: claim (a process pool claims first)
+        if done:  # a retry without delay is ready again: claim
             self._poll_now = True
-            self.wake.set()
+            if self._claim_first:  # this pass's claim has run: the next pass claims at once
+                self.wake.set()
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
@@ -489,7 +491,7 @@ class Worker:
             self.claimed_count += len(jobs)
             with self._lock:
                 self.leases.schedule(self._running, now)
-                self.backpressure.recent.add(now, claimed=len(jobs))
+                self.backpressure.count_claimed(now, len(jobs))
         return len(jobs) + batched
 
     def _scale(self) -> None:
@@ -624,7 +626,7 @@ class Worker:
                     self._executing -= 1
                     self.pool.ended(job.queue)
                     if outcome is not None:
-                        self.backpressure.recent.add_outcome(time.monotonic(), outcome.kind)
+                        self.backpressure.count_outcome(outcome.kind)
                     if outcome is not None and pending:
                         item.context.finished = True
                         self.completer.hand_over(outcome, item.started)
@@ -634,7 +636,10 @@ class Worker:
                         if self._running.get(job.id) is item:  # not a later attempt's entry
                             del self._running[job.id]
                         self.finished_count += 1
-                self.wake.set()
+                # Set once per wait is enough: the control thread clears it before the pass
+                # that flushes, and this outcome was handed over before the look.
+                if not self.wake.is_set():
+                    self.wake.set()
 
     def _ensure_loop(self) -> None:
         with self._lock:

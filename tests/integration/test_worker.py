@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
+from django_workqueue.outcomes import Outcome, OutcomeKind
 from django_workqueue.states import Status
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect, LedgerEntry
@@ -165,6 +166,48 @@ def test_a_stop_requested_mid_pass_claims_nothing_more():
     assert (job.status, job.attempt, job.lease_owner) == (Status.READY, 0, None)
     assert worker.claimed_count == 0
     assert Job.objects.filter(status=Status.RUNNING).count() == 0
+
+
+def _hand_over_a_retry(worker: Worker) -> None:
+    """Do what a slot does with the job the last pass handed it: it failed, to be retried
+    without delay; its outcome goes to the completer."""
+    job, item = worker._inbox.get_nowait()
+    failure = Outcome(
+        job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RETRY,
+        max_attempts=job.max_attempts, attempts_charged=job.attempts_charged, delay=0.0,
+        error={"type": "ValueError", "message": "again", "traceback": None},
+    )  # fmt: skip
+    with worker._lock:
+        worker._executing -= 1
+        worker.pool.ended(job.queue)
+        item.context.finished = True
+        worker.completer.hand_over(failure, item.started)
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_a_job_its_pass_wrote_back_is_claimed_by_that_pass_or_the_next_at_once(pool):
+    """A pass writes the outcomes slots handed over and claims for the free slots. A thread
+    pool writes first, so what the write put back (a retry without delay) is claimed in the
+    same pass, and nothing is left to wake a pass more. A process pool claims first (its
+    children wait for the claim, not the write): its pass wakes the next one at once, which
+    claims the job instead of waiting for the poll."""
+    job = add.enqueue(1, 2)
+    worker = Worker(concurrency=1, pool=pool, poll_interval=3600)
+    if worker.processes is not None:
+        worker.processes.ready.set()  # no children in this test: the slots' work is done here
+    assert worker._tick() == 1
+    _hand_over_a_retry(worker)
+    worker.wake.clear()
+
+    claimed = worker._tick()
+
+    assert fresh(job).errors[-1]["message"] == "again"
+    if pool == "threads":
+        assert (claimed, worker.wake.is_set()) == (1, False)
+    else:
+        assert (claimed, worker.wake.is_set()) == (0, True)
+        assert worker._tick() == 1
+    assert (fresh(job).status, fresh(job).attempt) == (Status.RUNNING, 2)
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
