@@ -289,6 +289,48 @@ def test_a_standby_that_becomes_the_maintainer_gives_its_slot_up(listeners):
     assert standby_keys_held() == 2
 
 
+def interleaved_connection(meanwhile: Callable[[str], None]) -> Any:
+    """A direct connection that calls ``meanwhile(sql)`` as each statement leaves for the
+    server: what another thread does while this one waits for the statement."""
+    import psycopg
+
+    from django_workqueue.db.postgresql import listen_params
+
+    class Interleaved(psycopg.Connection):  # type: ignore[type-arg]
+        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            meanwhile(str(query))
+            return super().execute(query, *args, **kwargs)
+
+    return Interleaved.connect(**listen_params(connection, conf.LISTEN_DSN), autocommit=True)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_slot_unwished_while_the_listener_takes_it_is_given_up_at_its_next_turn():
+    """A worker takes the maintenance lease (and gives its slot up) while its listener, just
+    connected, is taking a slot: the slot it ends that turn with is given up at the next,
+    or the maintainer would keep a slot that no other worker can watch it from."""
+    from django_workqueue.db.postgresql import Listener
+
+    # Not started: the test plays the listener's turns on a session of its own.
+    listener = Listener({}, lambda queue: None, lambda job, why: None, standbys=1)
+
+    def lease_taken_meanwhile(sql: str) -> None:
+        if "pg_try_advisory_lock" in sql:  # the take of a slot, at the server
+            listener.want_standby(False)  # what Maintainer._check asks once it holds the lease
+
+    with interleaved_connection(lease_taken_meanwhile) as session:
+        listener.connection = session
+        listener.want_standby(True)
+        listener._tend_standby(listening=False)
+        assert listener.standby == 0  # taken, though no longer wished
+
+        listener._tend_standby(listening=False)  # its next turn
+
+        assert listener.standby is None
+        assert standby_keys_held() == 0
+
+
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_dead_standbys_slot_is_taken_after_the_notify_that_announces_it(listeners):
@@ -395,3 +437,4 @@ def test_a_holder_seen_before_it_shows_its_token_is_looked_at_again_soon():
         standby.release()
         if session is not None:
             session.close()
+
