@@ -438,3 +438,22 @@ def test_a_holder_seen_before_it_shows_its_token_is_looked_at_again_soon():
         if session is not None:
             session.close()
 
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_without_a_standby_slot_looks_at_a_holder_without_a_token_at_its_lease_end():
+    """Only a standby looks again soon at a holder that shows no token yet (for its watch):
+    another worker has no watch to set up, and a look of its own just after the holder died
+    would race the standby's watch for the takeover. It comes back when the lease runs out."""
+    from django_workqueue.maintenance.maintainer import LEASE_NAME
+
+    assert Leadership("default", LEASE_NAME, owner="holder", seconds=600).hold()
+    register("holder", "")  # no token yet
+    idle = maintainer("idle", standby=False, asked=[])
+    try:
+        at = time.monotonic()
+        idle.run_if_due(at=at)
+
+        assert not idle.leading
+        assert idle.next_check - at >= 590  # the lease's end, not 0.5 s
+    finally:
+        idle.release()
