@@ -1162,7 +1162,9 @@ class Listener(threading.Thread):
         """Hold a standby slot (at the next turn, if one is free) or give it up (any thread)."""
         with self._standby_lock:
             self._standby_wanted = wanted and self.standbys > 0
-            self._standby_due = self._standby_wanted != (self.standby is not None)
+            # Due whatever ``standby`` says now: a turn may be at the server, taking or giving
+            # up a slot, and end holding what was just unwished. The next turn compares.
+            self._standby_due = True
 
     def _tend_standby(self, listening: bool = True) -> None:
         """Take a free slot or give the held one up, if asked: one statement (and, once
@@ -1178,6 +1180,8 @@ class Listener(threading.Thread):
         elif not wanted and held is not None:
             pg_liveness.release_standby(self.connection, held, CHANNEL)
             self.standby = None
+        else:
+            return  # it holds what is wished
         if listening and not self.stopping.is_set():
             self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
         if self.standby != held:

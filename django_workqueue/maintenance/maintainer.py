@@ -210,9 +210,12 @@ class Maintainer:
         # (and one that dies sooner is heard of through the watch).
         wait = max(left, seconds / 20)
         known = self._known
-        if known is not None and known.id == holder and not known.liveness:
+        if known is not None and known.id == holder and not known.liveness and self.standby():
             # A holder just started shows its token within a moment (its LISTEN connection):
-            # look again soon, backing off, so that the watch follows it from then on.
+            # a standby looks again soon, backing off, so that its watch follows it from then
+            # on. A worker without a watch has nothing to follow it with: it waits for the
+            # lease like any other (a look of its own after a death would race the standby's
+            # watch for the takeover, at the cost of reads the fleet need not pay).
             self._tokenless_wait = min(max(0.5, self._tokenless_wait * 2), wait)
             wait = self._tokenless_wait
         else:

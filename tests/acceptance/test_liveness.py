@@ -209,7 +209,9 @@ def test_with_one_standby_it_takes_over_and_the_third_worker_takes_its_slot(
     [standby] = [w for w in workers if w.worker_id == standby_id]
     [third] = [w for w in workers if w not in (leader, standby)]
 
-    leader.kill()  # its lease has ~600 s left: only the standby's watch can hand it over now
+    # Its lease has ~600 s left: only the standby (its watch, or its look again at a leader
+    # that showed no token yet) can hand it over now.
+    leader.kill()
 
     wait_for(lambda: holder() == standby.worker_id, alive=[standby, third], timeout=BOUND,
              message="the standby to take over")  # fmt: skip

@@ -340,6 +340,48 @@ def test_a_standby_that_becomes_the_maintainer_gives_its_slot_up(listeners):
     assert standby_keys_held() == 2
 
 
+def interleaved_connection(meanwhile: Callable[[str], None]) -> Any:
+    """A direct connection that calls ``meanwhile(sql)`` as each statement leaves for the
+    server: what another thread does while this one waits for the statement."""
+    import psycopg
+
+    from django_workqueue.db.postgresql import listen_params
+
+    class Interleaved(psycopg.Connection):  # type: ignore[type-arg]
+        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            meanwhile(str(query))
+            return super().execute(query, *args, **kwargs)
+
+    return Interleaved.connect(**listen_params(connection, conf.LISTEN_DSN), autocommit=True)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_slot_unwished_while_the_listener_takes_it_is_given_up_at_its_next_turn():
+    """A worker takes the maintenance lease (and gives its slot up) while its listener, just
+    connected, is taking a slot: the slot it ends that turn with is given up at the next,
+    or the maintainer would keep a slot that no other worker can watch it from."""
+    from django_workqueue.db.postgresql import Listener
+
+    # Not started: the test plays the listener's turns on a session of its own.
+    listener = Listener({}, lambda queue: None, lambda job, why: None, standbys=1)
+
+    def lease_taken_meanwhile(sql: str) -> None:
+        if "pg_try_advisory_lock" in sql:  # the take of a slot, at the server
+            listener.want_standby(False)  # what Maintainer._check asks once it holds the lease
+
+    with interleaved_connection(lease_taken_meanwhile) as session:
+        listener.connection = session
+        listener.want_standby(True)
+        listener._tend_standby(listening=False)
+        assert listener.standby == 0  # taken, though no longer wished
+
+        listener._tend_standby(listening=False)  # its next turn
+
+        assert listener.standby is None
+        assert standby_keys_held() == 0
+
+
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_dead_standbys_slot_is_taken_after_the_notify_that_announces_it(listeners):
@@ -446,3 +488,23 @@ def test_a_holder_seen_before_it_shows_its_token_is_looked_at_again_soon():
         standby.release()
         if session is not None:
             session.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_without_a_standby_slot_looks_at_a_holder_without_a_token_at_its_lease_end():
+    """Only a standby looks again soon at a holder that shows no token yet (for its watch):
+    another worker has no watch to set up, and a look of its own just after the holder died
+    would race the standby's watch for the takeover. It comes back when the lease runs out."""
+    from django_workqueue.maintenance.maintainer import LEASE_NAME
+
+    assert Leadership("default", LEASE_NAME, owner="holder", seconds=600).hold()
+    register("holder", "")  # no token yet
+    idle = maintainer("idle", standby=False, asked=[])
+    try:
+        at = time.monotonic()
+        idle.run_if_due(at=at)
+
+        assert not idle.leading
+        assert idle.next_check - at >= 590  # the lease's end, not 0.5 s
+    finally:
+        idle.release()
