@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from django.db.models import Case, Value, When
@@ -37,6 +37,36 @@ from ..db import Driver, WorkerWatch
 from ..models import WorkerProcess
 
 logger = logging.getLogger("django_workqueue.maintenance")
+
+
+CONFIRM_SECONDS = 2.0
+"""How long the fleet's reaper sees a worker gone before it takes the worker's jobs back. A
+session ends with its process, but also when the server ends it while the process lives
+(``pg_terminate_backend``, an operator closing connections): such a worker's LISTEN connection
+reconnects within a moment and takes its key again, and its jobs must not run twice meanwhile.
+A dead worker never takes its key again, so its jobs come back this much later than its death
+is first seen: still seconds, not a lease."""
+
+
+class Deaths:
+    """The workers liveness sees gone and since when (this process's clock): a death is
+    confirmed once it has been seen for ``seconds`` (``CONFIRM_SECONDS``), on every look
+    between. A worker seen alive again (its key taken anew) is forgotten. ``seconds=0``: a
+    death seen is confirmed at once (a one-shot reap, from the command line or a test)."""
+
+    def __init__(self, seconds: float = CONFIRM_SECONDS) -> None:
+        self.seconds = seconds
+        self._since: dict[str, float] = {}
+
+    def confirm(self, seen: Collection[str], at: float) -> tuple[set[str], float | None]:
+        """Record that ``seen`` are gone at ``at`` (and no other worker); return those whose
+        death is confirmed, and in how many seconds the next unconfirmed one will be (None:
+        none waits)."""
+        self._since = {worker: self._since.get(worker, at) for worker in seen}
+        confirmed = {w for w, since in self._since.items() if at - since >= self.seconds}
+        waiting = [since + self.seconds - at for w, since in self._since.items()
+                   if w not in confirmed]  # fmt: skip
+        return confirmed, (min(waiting) if waiting else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection
 from ..conf import workqueue_settings as conf
 from ..db import driver_for
 from .leadership import Leadership
-from .liveness import Holder, HolderWatch, look_up
+from .liveness import CONFIRM_SECONDS, Holder, HolderWatch, look_up
 from .promoter import Promoter
 from .reaper import Reaper
 from .retention import Retention
@@ -99,8 +99,9 @@ class Maintainer:
         # locked rows). ``running`` says which those are; a job of its own that it dropped is
         # reaped as any other worker's (no other worker reaps while it holds the lease).
         self.reaper = Reaper(
-            alias, float(conf.REAPER_INTERVAL), spare_owner=owner, spare_ids=running
-        )
+            alias, float(conf.REAPER_INTERVAL), spare_owner=owner, spare_ids=running,
+            confirm_seconds=CONFIRM_SECONDS,
+        )  # fmt: skip
         # Syncs WORKQUEUE["SCHEDULES"] and @task(cron=...) into the Schedule table first.
         self.scheduler = Scheduler(alias, float(conf.SCHEDULER_INTERVAL), sync=True)
         self.retention = Retention(alias)  # the fleet's lease covers it

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Case, Q, When
 from django.db.models.functions import Now
 
 from .. import signalling, wakeup
@@ -30,7 +31,7 @@ from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
 from ..stats import counters as stats_counters
 from ..workflow import release
-from . import Service
+from . import Service, liveness
 
 logger = logging.getLogger("django_workqueue.reaper")
 
@@ -54,8 +55,13 @@ class Reaper(Service):
         interval: float,
         spare_owner: str | None = None,
         spare_ids: Callable[[], Collection[int]] | None = None,
+        confirm_seconds: float = 0.0,
     ) -> None:
         super().__init__(alias, interval)
+        self.deaths = liveness.Deaths(confirm_seconds)
+        """Whose death liveness has seen, and since when: a gone worker's jobs are taken back
+        once its death is confirmed (the fleet's reaper: ``liveness.CONFIRM_SECONDS``; a
+        one-shot reap: at once). A job whose lease ran out is taken back at once either way."""
         self.spare_owner = spare_owner
         """A lease owner whose jobs this reaper leaves alone (the worker running it)..."""
         self.spare_ids = spare_ids
@@ -74,7 +80,20 @@ class Reaper(Service):
             self.spare_owner,
             spared,
         )
-        ids = list(any_expired.order_by("id").values_list("id", flat=True)[:_BATCH])
+        ran_out = Q(lease_expires_at__lt=Now() if now is None else now)
+        rows = list(
+            any_expired.annotate(ran_out=Case(When(ran_out, then=True), default=False))
+            .order_by("id")
+            .values_list("id", "lease_owner", "ran_out")[:_BATCH]
+        )
+        # A job whose lease ran out goes at once; one whose worker liveness sees gone, once
+        # that death is confirmed (Deaths): a worker whose session the server ended, alive,
+        # takes its key again within a moment, and its jobs must not run twice.
+        at = time.monotonic()
+        dead, wait = self.deaths.confirm({owner or "" for _, owner, out in rows if not out}, at)
+        if wait is not None:  # look again when the next death would be confirmed
+            self.next_run = min(self.next_run, at + wait)
+        ids = [pk for pk, owner, out in rows if out or owner in dead]
         if not ids:  # the usual answer, without a transaction
             self._housekeeping(driver, now)
             return 0

@@ -24,7 +24,7 @@ from django_workqueue.conf import workqueue_settings as conf
 from django_workqueue.db import LivenessToken, driver_for
 from django_workqueue.db.pg_liveness import STANDBY_FREE
 from django_workqueue.maintenance.leadership import Leadership
-from django_workqueue.maintenance.liveness import HolderWatch, look_up
+from django_workqueue.maintenance.liveness import CONFIRM_SECONDS, HolderWatch, look_up
 from django_workqueue.maintenance.maintainer import Maintainer
 from django_workqueue.maintenance.reaper import Reaper
 from django_workqueue.models import WorkerProcess
@@ -508,3 +508,66 @@ def test_a_worker_without_a_standby_slot_looks_at_a_holder_without_a_token_at_it
         assert idle.next_check - at >= 590  # the lease's end, not 0.5 s
     finally:
         idle.release()
+
+
+# --- the fleet's reaper: a death is confirmed before the jobs are taken back ------------------
+
+
+def seen_gone(worker_id: str) -> bool:
+    gone = WorkerProcess.objects.filter(id__in=driver_for("default").gone_workers())
+    return gone.filter(id=worker_id).exists()
+
+
+def fleets_reaper() -> Reaper:
+    """The reaper as the maintenance lease's holder runs it."""
+    return maintainer("maintainer", standby=False, asked=[]).reaper
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_session_the_server_ended_keeps_its_jobs_when_it_takes_its_key_again():
+    """pg_terminate_backend (or an operator closing connections) ends a live worker's LISTEN
+    session: its key is free until its listener reconnects and takes it again, a moment later.
+    Its jobs must not be reaped as a dead worker's in that moment (they would run twice)."""
+    from django_workqueue.db import pg_liveness
+
+    with direct_connection() as first:
+        key = value(pg_liveness.hold(first))
+        register("alive", key)
+    far = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    job = JobFactory(running=True, lease_owner="alive", lease_expires_at=far)
+    reaper = fleets_reaper()
+    wait_until(lambda: seen_gone("alive"), message="the server to end the session")
+
+    assert reaper.run_once() == 0  # seen gone once: not yet a death
+    with direct_connection() as again:  # the worker's listener is back
+        assert value(pg_liveness.hold(again, key)) == key
+        assert not seen_gone("alive")
+        assert reaper.run_once() == 0
+        assert fresh(job).status == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fleets_reaper_takes_a_dead_workers_jobs_back_once_its_death_is_confirmed():
+    far = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    job = JobFactory(running=True, lease_owner="dead", lease_expires_at=far)
+    if connection.vendor == "postgresql":
+        from django_workqueue.db import pg_liveness
+
+        with direct_connection() as session:
+            register("dead", value(pg_liveness.hold(session)))
+    else:
+        with child_process() as child:
+            register("dead", process_identity.token_of(child.pid) or "", pid=child.pid)
+    wait_until(lambda: seen_gone("dead"), message="the worker's death to show")
+    reaper = fleets_reaper()
+
+    at = time.monotonic()
+    assert reaper.run_once() == 0  # seen gone once: confirmed CONFIRM_SECONDS later
+    assert reaper.next_run <= at + CONFIRM_SECONDS + 0.1  # it looks again then, not later
+    wait_until(lambda: reaper.run_once() == 1, timeout=30, message="the jobs to be reaped")
+    assert time.monotonic() - at >= CONFIRM_SECONDS
+    assert fresh(job).status == "ready"
+    # A one-shot reap (the command line's, a test's) takes what it sees gone at once.
+    job = JobFactory(running=True, lease_owner="dead", lease_expires_at=far)
+    assert Reaper("default", 1.0).run_once() == 1
