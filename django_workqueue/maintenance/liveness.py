@@ -5,8 +5,9 @@ process (``worker/registration.py``): on PostgreSQL an advisory lock its LISTEN 
 which the server drops with the session (``db/pg_liveness.py``); on SQLite, one host by
 definition, its pid and that pid's start. From it:
 
-* the reaper takes back at once the running jobs of every worker that is gone
-  (``Driver.gone_workers``), whatever their lease;
+* the reaper takes back the running jobs of every worker that is gone
+  (``Driver.gone_workers``), whatever their lease, once that death is confirmed (``Deaths``:
+  seen for ``CONFIRM_SECONDS``);
 * the maintenance lease follows its holder: a would-be maintainer that finds the holder gone
   takes the lease over at once (``Leadership.hold(gone_holder=...)``), and a few other
   workers, the standbys, watch the holder at no cost to the database (``HolderWatch``: on

@@ -1,5 +1,5 @@
 """The reaper: running jobs whose lease expired, or whose worker is gone (liveness, see
-``liveness.py``: at once, whatever the lease), go back to ready, or end once their attempts
+``liveness.py``: once confirmed, whatever the lease), go back to ready, or end once their attempts
 are spent (or ``cancelled`` if cancellation was requested).
 
 A crashed attempt counts as an attempt, so a job that kills its worker every time (a poison
