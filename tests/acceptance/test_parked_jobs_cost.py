@@ -39,7 +39,9 @@ PARKED = 10_000
 REAPER_PASSES = 150
 """About 30 s of the reaper's 0.2 s interval."""
 SETTLE = 10
-_REAPER = 'SELECT "django_workqueue_job"."id" AS "id" FROM "django_workqueue_job" WHERE (("django_workqueue_job"."lease_expires_at" <'  # noqa: E501
+_REAPER = 'SELECT "django_workqueue_job"."id" AS "id", "django_workqueue_job"."lease_owner" AS "lease_owner", CASE WHEN "django_workqueue_job"."lease_expires_at" <'  # noqa: E501
+"""The first statement of every reaper pass (maintenance/reaper.py: the jobs whose lease ran out
+or whose worker is gone, with which of the two)."""
 
 
 _ACTING_ON_PARKED = (
