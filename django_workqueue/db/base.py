@@ -401,8 +401,13 @@ class WorkerWatch(abc.ABC):
 def reapable(now: datetime | None, gone: Collection[str]) -> Q:
     """Running jobs the reaper takes back: their lease expired (by the database's clock, or
     ``now``), or their worker is one of ``gone``."""
-    expired = Q(lease_expires_at__lt=Now() if now is None else now)
+    expired = lease_ran_out(now)
     return expired | Q(lease_owner__in=gone) if gone else expired
+
+
+def lease_ran_out(now: datetime | None) -> Q:
+    """Jobs whose lease expired (by the database's clock, or ``now``)."""
+    return Q(lease_expires_at__lt=Now() if now is None else now)
 
 
 def spare(

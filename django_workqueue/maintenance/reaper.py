@@ -19,13 +19,13 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, Q, When
+from django.db.models import Case, When
 from django.db.models.functions import Now
 
 from .. import signalling, wakeup
 from ..conf import workqueue_settings as conf
 from ..db import Driver, Ended, Expired, Recorded, Timing, driver_for, locking
-from ..db.base import reapable, spare
+from ..db.base import lease_ran_out, reapable, spare
 from ..models import Job, WorkerProcess
 from ..outcomes import Outcome, OutcomeKind
 from ..states import Status
@@ -80,7 +80,7 @@ class Reaper(Service):
             self.spare_owner,
             spared,
         )
-        ran_out = Q(lease_expires_at__lt=Now() if now is None else now)
+        ran_out = lease_ran_out(now)
         rows = list(
             any_expired.annotate(ran_out=Case(When(ran_out, then=True), default=False))
             .order_by("id")
