@@ -27,7 +27,11 @@ acknowledgement died idle (the OOM killer, a kill from outside), before or after
 sent: the body never began there, so its death costs the job nothing (``budgets.py``) and the
 job goes to a fresh child. Asking the process before sending cannot tell: a killed child whose
 other threads are still exiting shows as a zombie in /proc, yet ``waitpid`` does not report it
-and its socket still takes the job until its last thread has gone.
+and its socket still takes the job until its last thread has gone. A replacement child that
+cannot start (the project fails to import in it, or not within ``START_TIMEOUT_SECONDS``) never
+began the job either: another fresh child gets it, uncharged; after ``HANDOVER_TRIES`` such
+children in a row the job goes back to ready and the worker stops, as it stops when its first
+children cannot start.
 
 Children are fresh interpreters (``python -m django_workqueue.worker.spawned``), not forks of a
 worker that already runs threads and holds database connections: they import the project from
@@ -229,7 +233,14 @@ class _Ended(Exception):
 
 
 class _NotBegun(Exception):
-    """The child ended before it acknowledged the job: the job's body never began in it."""
+    """The child ended before it acknowledged the job: the job's body never began in it.
+
+    ``failed_to_start`` says why when the child never became ready (``Child.wait_ready``):
+    the project could not be imported in it, or not in time."""
+
+    def __init__(self, failed_to_start: ProcessDied | None = None) -> None:
+        super().__init__(str(failed_to_start or "ended before it began the job"))
+        self.failed_to_start = failed_to_start
 
 
 class ProcessSlot:
@@ -266,26 +277,49 @@ class ProcessSlot:
     def _run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
         """Hand ``job`` to the slot's child, or to a fresh one while children end before
         acknowledging it (at most ``HANDOVER_TRIES``)."""
+        not_started = 0  # children in a row that never became ready
+        last_failure: ProcessDied | None = None
         for handed in range(HANDOVER_TRIES):
             if handed:
                 self._replace_child()
             try:
                 return self._hand_over(job, item)
-            except _NotBegun:
+            except _NotBegun as not_begun:
                 child = self.child
                 if self.worker.stopping.is_set() and child.stopped_by_signal():
                     raise _Ended(self._died(job, child)) from None  # released
+                if not_begun.failed_to_start is not None:
+                    not_started += 1
+                    last_failure = not_begun.failed_to_start
+                    logger.warning(
+                        "worker %s: %s; job %s is not charged for it",
+                        self.worker.id, not_begun.failed_to_start, job.id,
+                    )  # fmt: skip
+                    continue
                 logger.warning(
                     "worker %s: its child process %s %s before it began job %s; the job is "
                     "not charged for it",
                     self.worker.id, child.pid, child.how_it_died(), job.id,
                 )  # fmt: skip
-        logger.error(
-            "job %s: %s child processes in a row ended before they began it; it goes back to "
-            "ready uncharged (something kills this worker's children: the OOM killer? see the "
-            "lines above)",
-            job.id, HANDOVER_TRIES,
-        )  # fmt: skip
+        if not_started == HANDOVER_TRIES:
+            # Nothing this worker claims could run: stop it, as at its start (``ProcessPool``).
+            logger.error(
+                "job %s: %s child processes in a row could not start; it goes back to ready "
+                "uncharged and worker %s stops (fix the project's import, the lines above say "
+                "why, then start the worker again)",
+                job.id, HANDOVER_TRIES, self.worker.id,
+            )  # fmt: skip
+            pool = self.worker.processes
+            if pool is not None and pool.failed is None:
+                pool.failed = last_failure  # runworker exits with it (status 1)
+            self.worker.stop()
+        else:
+            logger.error(
+                "job %s: %s child processes in a row ended before they began it; it goes back "
+                "to ready uncharged (something kills this worker's children: the OOM killer? "
+                "see the lines above)",
+                job.id, HANDOVER_TRIES,
+            )  # fmt: skip
         raise _Ended(ending.released(job))
 
     def _hand_over(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
@@ -296,8 +330,8 @@ class ProcessSlot:
             item.started = math.inf
             try:
                 child.wait_ready()
-            except ProcessDied as exc:
-                raise _Ended(self._failed(job, exc)) from None
+            except ProcessDied as exc:  # the job never began: not its doing (budgets.py)
+                raise _NotBegun(exc) from None
             finally:
                 item.started = time.monotonic()
         if context.lease_lost or context.released:  # while it waited for the child
@@ -439,7 +473,8 @@ class ProcessPool:
     The worker claims nothing until every first child has imported the project, but it does
     not wait for them to register, beat and reap: a worker restarted after a crash recovers
     orphaned jobs while its children start. A project the children cannot import stops the
-    worker (``failed`` says why) before it has claimed a single job.
+    worker (``failed`` says why) before it has claimed a single job; so do replacement children
+    that cannot start, ``HANDOVER_TRIES`` in a row (``ProcessSlot._run``).
     """
 
     def __init__(self, limits: ChildLimits) -> None:

@@ -100,12 +100,8 @@ def test_a_child_that_dies_with_the_job_unread_costs_it_nothing_and_a_fresh_chil
     )
 
 
-def test_children_that_keep_dying_before_they_begin_a_job_give_it_back_uncharged(
-    worker: Worker, slot: processes.ProcessSlot, monkeypatch: pytest.MonkeyPatch, caplog: Any
-) -> None:
-    """Bounded: ``HANDOVER_TRIES`` children, then the job is released as the shutdown releases
-    (ready in its place, no budget spent), and the slot has a live child for the next job."""
-    monkeypatch.setattr(processes.Child, "send", send_then_die)
+def run_to_release(worker: Worker, slot: processes.ProcessSlot, caplog: Any) -> None:
+    """Run a claim in ``slot``: it must come back released, ready in its place, uncharged."""
     job, item = claimed(worker)
 
     with caplog.at_level(logging.WARNING, logger="django_workqueue.worker"):
@@ -115,11 +111,20 @@ def test_children_that_keep_dying_before_they_begin_a_job_give_it_back_uncharged
     assert (outcome.kind, outcome.charge, outcome.status) == (
         OutcomeKind.RELEASE, Charge.NOTHING, Status.READY,
     )  # fmt: skip
+
+
+def test_children_that_keep_dying_before_they_begin_a_job_give_it_back_uncharged(
+    worker: Worker, slot: processes.ProcessSlot, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Bounded: ``HANDOVER_TRIES`` children, then the job is released as the shutdown releases
+    (ready in its place, no budget spent), and the slot has a live child for the next job."""
+    monkeypatch.setattr(processes.Child, "send", send_then_die)
+    run_to_release(worker, slot, caplog)
     killed = [r for r in caplog.records if "before it began job 1" in r.getMessage()]
     assert len(killed) == processes.HANDOVER_TRIES
     assert f"{processes.HANDOVER_TRIES} child processes in a row ended" in caplog.text
     monkeypatch.undo()
-    outcome, _ = slot.run(job, item)  # the slot's child is alive and runs the next job
+    outcome, _ = slot.run(*claimed(worker))  # the slot's child is alive and runs the next job
     assert outcome is not None and outcome.kind == OutcomeKind.SUCCEEDED
 
 
@@ -145,3 +150,50 @@ def test_a_child_that_does_not_begin_a_job_within_its_hard_timeout_is_replaced_u
     assert f"child process {stuck.pid} was killed by signal SIGKILL before it began job" in (
         caplog.text
     )  # SIGTERM waits for a stopped process to continue: SIGKILL after the grace ended it
+
+
+def failing_start(child: processes.Child, timeout: float = 0) -> None:
+    """``Child.wait_ready`` of a child that cannot import the project."""
+    child.kill()
+    raise processes.ProcessDied(
+        f"the worker's child process (pid {child.pid}) exited with code 1 before it was ready"
+    )
+
+
+def test_a_child_that_cannot_start_costs_the_job_nothing_and_a_fresh_child_runs_it(
+    worker: Worker, slot: processes.ProcessSlot, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """An import error or a start timeout is not the job's doing (``budgets.py``): the job
+    is not failed, it goes to the next child."""
+    slot.child.ready = False  # as a replacement child that is still importing the project
+    broken = slot.child
+    real_wait_ready = processes.Child.wait_ready
+    monkeypatch.setattr(
+        processes.Child, "wait_ready",
+        lambda child, timeout=0: failing_start(child) if child is broken else real_wait_ready(
+            child
+        ),
+    )  # fmt: skip
+    job, item = claimed(worker)
+
+    with caplog.at_level(logging.WARNING, logger="django_workqueue.worker"):
+        outcome, pending = slot.run(job, item)
+
+    assert outcome is not None and pending
+    assert (outcome.kind, outcome.result_json, outcome.error) == (OutcomeKind.SUCCEEDED, "5", None)
+    assert slot.child is not broken and slot.child.jobs_run == 1
+    assert f"(pid {broken.pid}) exited with code 1 before it was ready; job 1 is not charged" in (
+        caplog.text
+    )
+    assert not worker.stopping.is_set()
+
+
+def test_children_that_keep_failing_to_start_give_the_job_back_uncharged_and_stop_the_worker(
+    worker: Worker, slot: processes.ProcessSlot, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    slot.child.ready = False
+    monkeypatch.setattr(processes.Child, "wait_ready", failing_start)
+    run_to_release(worker, slot, caplog)
+    assert f"{processes.HANDOVER_TRIES} child processes in a row could not start" in caplog.text
+    assert worker.stopping.is_set()
+    assert "before it was ready" in str(worker.processes.failed)  # type: ignore[union-attr]
