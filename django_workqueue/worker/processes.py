@@ -65,7 +65,7 @@ from . import wire
 
 if TYPE_CHECKING:
     from ..attempt.lease import RunningJob
-    from .runner import Worker
+    from ..context import JobContext
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -243,13 +243,30 @@ class _NotBegun(Exception):
         self.failed_to_start = failed_to_start
 
 
+@dataclasses.dataclass(frozen=True)
+class SlotHost:
+    """What a process slot needs of its worker, and nothing more."""
+
+    worker_id: str
+    stopping: threading.Event
+    """Set once the worker stops: a child that ended then was stopped with it."""
+    stop: Callable[[], None]
+    """Stop the worker (its children cannot start any more)."""
+    generation: Callable[[], int]
+    """The worker's database generation: bumped when it lost its connection, so that a child
+    drops its own connections before the next job."""
+    on_progress: Callable[[JobContext], None]
+    """A job's progress report, handed to the worker's completer."""
+
+
 class ProcessSlot:
     """The executor of one slot thread of a process pool: its child, replaced as needed."""
 
-    def __init__(self, worker: Worker, limits: ChildLimits, child: Child | None = None) -> None:
-        self.worker = worker
-        self.limits = limits
-        self.child = child or Child(worker.id, limits)
+    def __init__(self, host: SlotHost, pool: ProcessPool, child: Child | None = None) -> None:
+        self.host = host
+        self.pool = pool
+        self.limits = pool.limits
+        self.child = child or Child(host.worker_id, self.limits)
         self._retired: list[Child] = []
 
     def run(self, job: ClaimedJob, item: RunningJob) -> tuple[Outcome | None, bool]:
@@ -286,20 +303,20 @@ class ProcessSlot:
                 return self._hand_over(job, item)
             except _NotBegun as not_begun:
                 child = self.child
-                if self.worker.stopping.is_set() and child.stopped_by_signal():
+                if self.host.stopping.is_set() and child.stopped_by_signal():
                     raise _Ended(self._died(job, child)) from None  # released
                 if not_begun.failed_to_start is not None:
                     not_started += 1
                     last_failure = not_begun.failed_to_start
                     logger.warning(
                         "worker %s: %s; job %s is not charged for it",
-                        self.worker.id, not_begun.failed_to_start, job.id,
+                        self.host.worker_id, not_begun.failed_to_start, job.id,
                     )  # fmt: skip
                     continue
                 logger.warning(
                     "worker %s: its child process %s %s before it began job %s; the job is "
                     "not charged for it",
-                    self.worker.id, child.pid, child.how_it_died(), job.id,
+                    self.host.worker_id, child.pid, child.how_it_died(), job.id,
                 )  # fmt: skip
         if not_started == HANDOVER_TRIES:
             # Nothing this worker claims could run: stop it, as at its start (``ProcessPool``).
@@ -307,12 +324,11 @@ class ProcessSlot:
                 "job %s: %s child processes in a row could not start; it goes back to ready "
                 "uncharged and worker %s stops (fix the project's import, the lines above say "
                 "why, then start the worker again)",
-                job.id, HANDOVER_TRIES, self.worker.id,
+                job.id, HANDOVER_TRIES, self.host.worker_id,
             )  # fmt: skip
-            pool = self.worker.processes
-            if pool is not None and pool.failed is None:
-                pool.failed = last_failure  # runworker exits with it (status 1)
-            self.worker.stop()
+            if self.pool.failed is None:
+                self.pool.failed = last_failure  # runworker exits with it (status 1)
+            self.host.stop()
         else:
             logger.error(
                 "job %s: %s child processes in a row ended before they began it; it goes back "
@@ -338,7 +354,7 @@ class ProcessSlot:
             logger.info("job %s: %s; not beginning it", job.id, context._why())
             return None, False
         if not child.send(
-            ["run", wire.job_to_wire(job), context.owner, self.worker._db_generation,
+            ["run", wire.job_to_wire(job), context.owner, self.host.generation(),
              child.measure]
         ):  # fmt: skip
             raise _NotBegun
@@ -370,7 +386,7 @@ class ProcessSlot:
                 elif message[0] == "progress":  # then the checks below, even under a flood
                     current, total, text, details = message[2]
                     context.progress = (current, total, text, details)
-                    self.worker._on_progress(context)
+                    self.host.on_progress(context)
             if context.released:  # given back at shutdown: it must not run on beside its retry
                 child.kill()
                 raise _Ended(ending.released(job))
@@ -402,7 +418,7 @@ class ProcessSlot:
 
     def _died(self, job: ClaimedJob, child: Child) -> Outcome:
         how = child.how_it_died()
-        if self.worker.stopping.is_set() and child.stopped_by_signal():
+        if self.host.stopping.is_set() and child.stopped_by_signal():
             # Stopped with the worker (a service manager signals the whole group): the job
             # goes back to ready uncharged, as the shutdown gives back every unfinished job.
             logger.info("job %s: its process %s stopped with the worker", job.id, child.pid)
@@ -420,7 +436,7 @@ class ProcessSlot:
     def _replace_child(self) -> None:
         """The slot's child ended (or was killed): start another."""
         self.child.close()
-        self.child = Child(self.worker.id, self.limits)
+        self.child = Child(self.host.worker_id, self.limits)
 
     def _replace_if_spent(self) -> None:
         child, limits = self.child, self.limits
@@ -436,13 +452,15 @@ class ProcessSlot:
             )
         if why is None:
             return
-        logger.info("worker %s: replacing child process %s: %s", self.worker.id, child.pid, why)
+        logger.info(
+            "worker %s: replacing child process %s: %s", self.host.worker_id, child.pid, why
+        )
         child.retire()
         self._retired.append(child)
         threading.Thread(
             target=_end_retired, args=(child,), name=f"workqueue-retire-{child.pid}", daemon=True
         ).start()
-        self.child = Child(self.worker.id, limits)
+        self.child = Child(self.host.worker_id, limits)
 
     def _reap(self) -> None:
         """Collect retired children that have exited (no zombies left behind)."""
@@ -506,11 +524,11 @@ class ProcessPool:
 
         threading.Thread(target=wait, name="workqueue-children-start", daemon=True).start()
 
-    def slot(self, worker: Worker) -> ProcessSlot:
+    def slot(self, host: SlotHost) -> ProcessSlot:
         """The executor of a new slot thread, with a child started at the worker's start if
         one is left."""
         try:
             child = self._spares.get_nowait()
         except queue.Empty:
             child = None
-        return ProcessSlot(worker, self.limits, child)
+        return ProcessSlot(host, self, child)

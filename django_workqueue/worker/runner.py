@@ -61,9 +61,9 @@ from ..states import Status
 from . import shutdown
 from .batch import Batch, Batches
 from .completer import Completer
-from .processes import ChildLimits, ProcessPool
+from .processes import ChildLimits, ProcessPool, SlotHost
 from .registration import Registration
-from .slots import SlotPool, scale
+from .slots import SlotPool
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -495,9 +495,18 @@ class Worker:
         return len(jobs) + batched
 
     def _scale(self) -> None:
-        before = self.concurrency
-        scale(self)
-        if self.concurrency > before:  # new slots: claim for them at once
+        """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,
+        and show the slots in the registration row when they changed."""
+        before, requested = self.concurrency, self._requested
+        with self._lock:
+            busy = self._executing
+        free, claimed = self._last_fill
+        slots = self.pool.rescale(requested, busy=busy, free=free, claimed=claimed, owner=self.id)
+        self.concurrency = slots
+        if requested is not None or slots != self.registration.concurrency:
+            self.registration.record_slots(slots, requested=requested)
+            self._requested = None
+        if slots > before:  # new slots: claim for them at once
             self.wake.set()
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
@@ -587,7 +596,7 @@ class Worker:
     def _slot(self) -> None:
         serving.worker = self
         generation = self._db_generation
-        child = self.processes.slot(self) if self.processes is not None else None
+        child = self.processes.slot(self.slot_host()) if self.processes is not None else None
         while True:
             handed = self._inbox.get()
             if handed is None:
@@ -640,6 +649,13 @@ class Worker:
                 # that flushes, and this outcome was handed over before the look.
                 if not self.wake.is_set():
                     self.wake.set()
+
+    def slot_host(self) -> SlotHost:
+        """What a process slot needs of this worker (``processes.SlotHost``)."""
+        return SlotHost(
+            worker_id=self.id, stopping=self.stopping, stop=self.stop,
+            generation=lambda: self._db_generation, on_progress=self._on_progress,
+        )  # fmt: skip
 
     def _ensure_loop(self) -> None:
         with self._lock:

@@ -25,12 +25,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..conf import workqueue_settings as conf
-
-if TYPE_CHECKING:
-    from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -104,6 +101,19 @@ class SlotPool:
                 now=now, slots=self.size, busy=busy, free=free, claimed=claimed
             )
         return self.size
+
+    def rescale(
+        self, requested: int | None, *, busy: int, free: int, claimed: int, owner: str
+    ) -> int:
+        """After a pass: apply a ``scale_worker`` request or the autoscaler's choice (``wanted``),
+        given ``busy`` slots and the pass's claim of ``claimed`` jobs for ``free`` slots; return
+        the pool's size."""
+        now = time.monotonic()
+        slots = self.wanted(requested, now=now, busy=busy, free=free, claimed=claimed)
+        if slots != self.size:
+            logger.info("worker %s: %s -> %s slots", owner, self.size, slots)
+            self.resize(slots, now=now, busy=busy)
+        return slots
 
     def resize(self, size: int, *, now: float, busy: int) -> None:
         """Grow by starting slot threads, shrink by retiring them after their current job."""
@@ -220,20 +230,3 @@ class Autoscaler:
 
     def clamp(self, slots: int) -> int:
         return max(self.floor, min(self.ceiling, slots))
-
-
-def scale(worker: Worker) -> None:
-    """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice, and
-    show the worker's slots in its registration row when they changed (on the control thread)."""
-    requested, now, pool = worker._requested, time.monotonic(), worker.pool
-    with worker._lock:
-        busy = worker._executing
-    free, claimed = worker._last_fill
-    slots = pool.wanted(requested, now=now, busy=busy, free=free, claimed=claimed)
-    if slots != pool.size:
-        logger.info("worker %s: %s -> %s slots", worker.id, pool.size, slots)
-        pool.resize(slots, now=now, busy=busy)
-        worker.concurrency = slots
-    if requested is not None or slots != worker.registration.concurrency:
-        worker.registration.record_slots(slots, requested=requested)
-        worker._requested = None

@@ -65,7 +65,7 @@ def worker() -> Worker:
 
 @pytest.fixture
 def slot(worker: Worker) -> Iterator[processes.ProcessSlot]:
-    slot = worker.processes.slot(worker)  # type: ignore[union-attr]
+    slot = worker.processes.slot(worker.slot_host())  # type: ignore[union-attr]
     slot.child.wait_ready()
     yield slot
     slot.close()
@@ -134,7 +134,8 @@ def test_a_child_that_does_not_begin_a_job_within_its_hard_timeout_is_replaced_u
     """A child that cannot begin the job (stuck before the body, the interpreter lock held by a
     thread of an earlier job) is killed at the job's hard timeout like one running it, but the
     body never began there: a fresh child runs the job."""
-    slot = processes.ProcessSlot(worker, processes.ChildLimits(hard_timeout=1.0))
+    pool = processes.ProcessPool(processes.ChildLimits(hard_timeout=1.0))
+    slot = processes.ProcessSlot(worker.slot_host(), pool)
     stuck = slot.child
     monkeypatch.setattr(stuck, "send", lambda message, channel=None: stop_then_send(
         stuck, message, channel
