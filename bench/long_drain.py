@@ -1,16 +1,21 @@
 """The long drain under churn (issue 32, item 7): throughput per slice and the jobs table's size
 over a drain of ``long_drain`` (1,000,000) jobs with retention on, on PostgreSQL.
 
-What "steady state" means here: jobs flowing in and out at once, as in a fleet. A producer
-process (``client_feed``) keeps the ready backlog between ``long_backlog`` minus a chunk and
-``long_backlog`` (20,000), enqueueing ``enqueue_many`` calls of a quarter of it whenever the
-backlog falls below that, until ``long_drain`` jobs have been enqueued; one
-``runworker --concurrency 32`` (not burst: its maintenance services run as in production, retention
-among them) drains them meanwhile. So the drain runs at the worker's pace, never starved and
-never behind a growing backlog, and the table holds the backlog plus the finished jobs that
-retention has not deleted yet. Retention keeps succeeded jobs ``long_retention`` seconds
-(30; ``BENCH_RETENTION_SECONDS``, read by ``bench/settings.py``) and runs as the library
-runs it: once a minute (±20 %), 10,000 jobs per run, again after 1 s while a backlog is left.
+What "steady state" means here: jobs flowing in and out at once, as in a fleet, at a steady
+rate. A producer process (``client_feed``) enqueues ``long_rate`` (1,500) jobs/s in
+``enqueue_many`` calls four times a second, until ``long_drain`` jobs have been enqueued, and
+waits while more than ``long_backlog`` (20,000) are ready; one ``runworker --concurrency 32``
+(not burst: its maintenance services run as in production, retention among them) drains them
+meanwhile, after the ``long_backlog`` jobs of the first fill. The table then holds what a fleet's
+does: the rows retention has not deleted yet, about rate x (retention age + its interval), so
+its steady-state size is set by the rate and the settings, not by how fast a loaded machine
+happens to drain. ``long_rate=0`` feeds as fast as the worker drains instead (a chunk of a quarter
+of the backlog whenever it falls below three quarters): the slices then show the worker's own
+pace, but the table's size follows that pace (a faster slice leaves more finished rows for
+retention's next run), so its ratios mix bloat with speed. Retention keeps succeeded jobs
+``long_retention`` seconds (30; ``BENCH_RETENTION_SECONDS``, read by ``bench/settings.py``) and
+runs as the library runs it: once a minute (±20 %), 10,000 jobs per run, again after 1 s while a
+backlog is left.
 
 Sampled every ``SAMPLE_EVERY`` seconds from a session of its own: jobs enqueued (the id
 sequence's high mark: ids are never reused) and still unfinished (``ready`` or ``running``,
@@ -114,6 +119,12 @@ def _running(*processes: WorkerProcess) -> Iterator[None]:
             process.stop()
 
 
+def _chunk(backlog: int, rate: float) -> int:
+    """Jobs per ``enqueue_many`` call: four calls a second at a steady rate, else a quarter of
+    the backlog."""
+    return max(1, int(rate / 4) if rate > 0 else backlog // 4)
+
+
 def _mib(value: float) -> str:
     return f"{value / 2**20:,.1f} MiB"
 
@@ -122,6 +133,7 @@ def _once(system: System, sizes: Sizes, log: Log) -> dict[str, Any]:
     total, size = int(sizes.long_drain), int(sizes.long_slice)
     backlog = min(int(sizes.long_backlog), total)
     age = float(sizes.long_retention)
+    rate = float(sizes.long_rate)
     env = {"BENCH_RETENTION_SECONDS": str(age)}
     autovacuum = str(pgadmin.scalar("postgres", "SHOW autovacuum"))
     if autovacuum != "on":
@@ -136,7 +148,7 @@ def _once(system: System, sizes: Sizes, log: Log) -> dict[str, Any]:
         worker = system.start_worker(SETTING, burst=False, tag="long-drain", **env)
         feeder = system.start_client(
             "feed", tag="long-drain-feed", total=total - backlog, backlog=backlog,
-            chunk=max(1, backlog // 4),
+            chunk=_chunk(backlog, rate), rate=rate,
         )  # fmt: skip
         progress: list[tuple[float, int]] = []
         sampled: list[tuple[int, int]] = []
@@ -210,6 +222,7 @@ def long_drain(system: System, sizes: Sizes, reps: int, log: Log) -> dict[str, A
     detail = {
         "n": int(sizes.long_drain), "slice": int(sizes.long_slice),
         "backlog": int(sizes.long_backlog), "retention_seconds": float(sizes.long_retention),
+        "feed_rate": float(sizes.long_rate) or "as fast as drained",
         "setting": f"runworker --concurrency {SETTING['concurrency']} and a feeder",
         "runs": runs,
     }  # fmt: skip

@@ -101,7 +101,8 @@ SIZES = {
     "engine_jobs": 20_000,  # no-op jobs per in-process drain through the null driver
     "long_drain": 1_000_000,  # jobs of the long drain under churn (bench/long_drain.py) ...
     "long_slice": 100_000,  # ... its rate reported per slice of this many ...
-    "long_backlog": 20_000,  # ... a feeder keeping this many ready meanwhile ...
+    "long_rate": 1_500,  # ... fed at this many jobs/s (0: as fast as drained) ...
+    "long_backlog": 20_000,  # ... never more than this many ready ...
     "long_retention": 30,  # ... and retention keeping succeeded jobs this many seconds
 }
 QUICK_SIZES = {
@@ -116,6 +117,7 @@ QUICK_SIZES = {
     "curve_noop": 100, "curve_io": 50, "curve_processes": 2,
     "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5, "engine_jobs": 300,
     "long_drain": 2_000, "long_slice": 500, "long_backlog": 500, "long_retention": 0,
+    "long_rate": 0,
 }  # fmt: skip
 
 
