@@ -6,7 +6,7 @@ rate. A producer process (``client_feed``) enqueues ``long_rate`` (1,500) jobs/s
 ``enqueue_many`` calls four times a second, until ``long_drain`` jobs have been enqueued, and
 waits while more than ``long_backlog`` (20,000) are ready; one ``runworker --concurrency 32``
 (not burst: its maintenance services run as in production, retention among them) drains them
-meanwhile, after the ``long_backlog`` jobs of the first fill. The table then holds what a fleet's
+meanwhile, after a first fill of one call's worth. The table then holds what a fleet's
 does: the rows retention has not deleted yet, about rate x (retention age + its interval), so
 its steady-state size is set by the rate and the settings, not by how fast a loaded machine
 happens to drain. ``long_rate=0`` feeds as fast as the worker drains instead (a chunk of a quarter
@@ -28,7 +28,7 @@ Reported:
 
 * the rate of each slice of ``long_slice`` completions (``slice_rates``: from the samples
   that bracket each slice, the clock started at the first completion) and last / first;
-* the sizes at the start (after the first fill of the backlog and VACUUM ANALYZE), at each
+* the sizes at the start (after the first fill and VACUUM ANALYZE), at each
   slice's end, and at the end: after the drain, once retention has deleted every finished job
   (it waits up to ``END_WAIT`` seconds for the worker's own retention, which runs once a minute;
   past that, or in ``--quick`` where the age is 0, ``retention.purge()`` is called: the same
@@ -140,14 +140,17 @@ def _once(system: System, sizes: Sizes, log: Log) -> dict[str, Any]:
         log(f"{system.name}: long_drain: autovacuum is {autovacuum} on this server: nothing "
             "reclaims dead rows, and no per-table setting can (performance.md)")  # fmt: skip
     system.reset()
-    system.client("fill", n=backlog)
+    # The first fill: the backlog, for a feed as fast as drained; one call's worth at a steady
+    # rate (what the producer has just sent), so that no first burst speeds the first slice.
+    first = _chunk(backlog, rate) if rate > 0 else backlog
+    system.client("fill", n=first)
     system.after_fill()
     with psycopg.connect(pgadmin.url(system.database), autocommit=True) as session:
         start = _sizes(session)
         vacuums_before, _ = _vacuums(session)
         worker = system.start_worker(SETTING, burst=False, tag="long-drain", **env)
         feeder = system.start_client(
-            "feed", tag="long-drain-feed", total=total - backlog, backlog=backlog,
+            "feed", tag="long-drain-feed", total=total - first, backlog=backlog,
             chunk=_chunk(backlog, rate), rate=rate,
         )  # fmt: skip
         progress: list[tuple[float, int]] = []
