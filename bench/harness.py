@@ -24,6 +24,7 @@ from . import (
     engine_metrics,
     fleet_metrics,
     flow_metrics,
+    long_drain,
     metrics,
     observability_metrics,
     pgadmin,
@@ -51,6 +52,7 @@ ENGINE_MEASUREMENTS = {
     **pool_metrics.MEASUREMENTS,
     **scaling_metrics.MEASUREMENTS,
     **fleet_metrics.MEASUREMENTS,
+    **long_drain.MEASUREMENTS,
 }
 
 PACKAGES = ("django-workqueue", "Django", "psycopg", "pgqueuer", "asyncpg", "procrastinate",

@@ -16,6 +16,7 @@
     python bench/run.py --metrics pools  # thread pool against process pool (issue 15)
     python bench/run.py --metrics scaling_curve  # 1-8 processes, PostgreSQL vs Python CPU
     python bench/run.py --metrics idle_fleet  # what 50 idle workers cost PostgreSQL (issue 17)
+    python bench/run.py --metrics long_drain --reps 1  # 1,000,000 jobs with retention on (issue 32)
 
 The first run creates bench/.venv and installs the peers (pinned in bench/requirements.txt)
 and this project (editable) into it; later runs reuse it. Each system gets its own database
@@ -45,7 +46,7 @@ ALL_SYSTEMS = ("workqueue", "pgqueuer", "procrastinate", "django_tasks_db")
 ENGINE_METRICS = ("future_backlog", "idle_poll", "queue_claim", "cancel_latency",
                   "workflow_fanin", "release_cost", "flow_claim",
                   "skip_queue_latency", "signals_cost", "pools", "scaling_curve",
-                  "idle_fleet", "engine")  # fmt: skip
+                  "idle_fleet", "engine", "long_drain")  # fmt: skip
 ALL_METRICS = ("enqueue", "drain", "latency", "db_cost", "backlog", "sustained", "scaling",
                "sqlite", *ENGINE_METRICS)  # fmt: skip
 OPTIONAL_METRICS = ("profile",)
@@ -98,6 +99,11 @@ SIZES = {
     "idle_settle": 90,  # ... once all listen and a poll cycle (60-90 s) has passed ...
     "idle_seconds": 120,  # ... over this many seconds (two cycles: start-up effects averaged out)
     "engine_jobs": 20_000,  # no-op jobs per in-process drain through the null driver
+    "long_drain": 1_000_000,  # jobs of the long drain under churn (bench/long_drain.py) ...
+    "long_slice": 100_000,  # ... its rate reported per slice of this many ...
+    "long_rate": 1_500,  # ... fed at this many jobs/s (0: as fast as drained) ...
+    "long_backlog": 20_000,  # ... never more than this many ready ...
+    "long_retention": 30,  # ... and retention keeping succeeded jobs this many seconds
 }
 QUICK_SIZES = {
     **SIZES, "enqueue": 100, "bulk": 1_000, "drain": 300, "latency": 10, "backlog_small": 1_000,
@@ -110,6 +116,8 @@ QUICK_SIZES = {
     "pools_cpu": 10, "pools_noop": 100, "pools_concurrency": 2,
     "curve_noop": 100, "curve_io": 50, "curve_processes": 2,
     "idle_workers": 3, "idle_settle": 2, "idle_seconds": 5, "engine_jobs": 300,
+    "long_drain": 2_000, "long_slice": 500, "long_backlog": 500, "long_retention": 0,
+    "long_rate": 0,
 }  # fmt: skip
 
 

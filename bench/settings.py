@@ -4,6 +4,8 @@ The database still comes from DATABASE_URL (the harness points it at ``bench_wor
 a SQLite file); the bench task module is registered through WORKQUEUE["TASK_MODULES"].
 """
 
+import os
+
 from testproject.settings import *  # noqa: F403
 from testproject.settings import WORKQUEUE
 
@@ -11,3 +13,6 @@ WORKQUEUE = {
     **WORKQUEUE,
     "TASK_MODULES": [*WORKQUEUE.get("TASK_MODULES", []), "bench.workqueue_tasks"],
 }
+# The long drain (bench/long_drain.py) keeps succeeded jobs this many seconds, not 7 days.
+if os.environ.get("BENCH_RETENTION_SECONDS"):
+    WORKQUEUE["RETENTION"] = {"succeeded": float(os.environ["BENCH_RETENTION_SECONDS"]) / 86400}

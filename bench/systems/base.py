@@ -125,6 +125,12 @@ class System:
             )
         return json.loads(results[-1])
 
+    def start_client(self, action: str, *, tag: str, **kwargs: Any) -> WorkerProcess:
+        """Start one client action in the background (a producer beside a drain); its output,
+        the result line too, goes to bench/results/logs/<system>-<tag>.log."""
+        command = [sys.executable, "-m", "bench.client", self.name, action, json.dumps(kwargs)]
+        return WorkerProcess(command, self.env(), f"{self.name}-{tag}")
+
     def run_workers(
         self, setting: dict[str, Any], processes: int = 1, timeout: float = 1800, **env: str
     ) -> float:

@@ -24,6 +24,7 @@ from .workqueue import (  # noqa: F401 (client_* actions are found by name)
     client_unfinished,
     copy_job,
 )
+from .workqueue_churn import client_feed, client_purge  # noqa: F401 (found by name)
 from .workqueue_flow import (  # noqa: F401 (client_* actions are found by name)
     client_flow_claim,
     client_skip_queue_latency,
