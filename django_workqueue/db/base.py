@@ -9,6 +9,7 @@ whether it changed a row: a stale worker's late write changes nothing.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -449,6 +450,12 @@ class Driver(abc.ABC):
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
+
+    def pipelined(self) -> contextlib.AbstractContextManager[object]:
+        """Inside it, a statement whose answer nothing reads goes out with the next one whose
+        answer is read, in one round trip (PostgreSQL's pipeline mode); elsewhere, one by one.
+        Its end waits for every answer, so an error of any statement has raised by then."""
+        return contextlib.nullcontext()
 
     # --- enqueue ------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -672,6 +672,20 @@ class PostgresDriver(Driver):
         if previous is not None:
             with self.connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[object]:
+        # psycopg 3's pipeline mode (psycopg2 has none: one by one). Its end sends a Sync and
+        # reads the answers left, outside Django's cursor: errors are made Django's here, as a
+        # cursor's are, so that callers tell a lost connection or a lock from a refusal.
+        db = self.connection
+        db.ensure_connection()
+        pipeline = getattr(db.connection, "pipeline", None)
+        if pipeline is None:
+            yield None
+            return
+        with db.wrap_database_errors, pipeline() as opened:
+            yield opened
 
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:

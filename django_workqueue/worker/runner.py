@@ -9,7 +9,12 @@ an autoscaling ceiling; see ``slots.py``).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
-as many jobs as there are free slots in another. Under load each round trip carries many jobs.
+as many jobs as there are free slots in another, both in one transaction (``_write_and_claim``):
+a pass costs the database one commit however many jobs it moves, and on PostgreSQL the
+statements whose answers nothing waits for (the BEGIN, the statistics' upsert) ride with the
+next one. The jobs claimed start once that transaction commits; if it rolls back, the outcomes
+wait for the next try and the claimed rows are ready again. Under load each round trip carries
+many jobs.
 
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
 in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval
@@ -36,7 +41,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import signalling, signals, wakeup
@@ -44,6 +49,7 @@ from ..attempt.asyncloop import AsyncLoop
 from ..attempt.connections import (
     close_unusable_connections,
     is_connection_error,
+    is_transient,
     serving,
     tidy_connections,
 )
@@ -52,6 +58,7 @@ from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, LivenessToken, Outcome, driver_for
+from ..db.locking import row_locked
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
@@ -161,10 +168,6 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
-        # A process pool claims before it writes the outcomes: a child that handed back an
-        # outcome idles until its slot gets a job, and that wait is one round trip instead of
-        # two (the write, then the claim). Threads share one core: no gain.
-        self._claim_first = self.processes is not None
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -260,9 +263,9 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        first, then = (self._fill, self._flush) if self._claim_first else (self._flush, self._fill)
-        steps = (self._ensure_session, self._heartbeat, self._write_progress, first,
-                 self._maintain, then, self._scale)  # fmt: skip
+        # The maintenance first: what the promoter makes ready, this pass's claim can take.
+        steps = (self._ensure_session, self._heartbeat, self._write_progress, self._maintain,
+                 self._write_and_claim, self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -271,8 +274,8 @@ class Worker:
                 if self._step_failed(step.__name__, exc):
                     break  # the connection is gone: the other steps would fail the same way
             else:
-                if step == self._fill:
-                    claimed = int(result or 0)  # type: ignore[arg-type]
+                if step == self._write_and_claim:
+                    claimed = int(result or 0)
         if not failed:
             self._error_backoff = 0.0
         return claimed
@@ -412,15 +415,50 @@ class Worker:
     def _write_progress(self) -> None:
         self.completer.write_progress()
 
+    def _write_and_claim(self) -> int:
+        """Write the outcomes slots handed over, then claim for the free slots (``_fill``): one
+        transaction, the write first (the lock order: workflow rows, then the jobs'). Returns
+        # claimed.
+
+        Whatever ends that transaction early rolls all of it back: the outcomes are put back,
+        the claimed rows are ready again (their jobs start only on commit, see ``_fill``). A
+        lost connection (or SQLite's database lock) then ends the pass, the outcomes kept for
+        the next; anything else (a refused value, a lock a dependent's row met past its
+        bounded wait, a failing claim) is done the way it is alone: the outcomes written by
+        ``_flush``, each alone if the batch fails (``db/locking.py``), then a claim of its own.
+        """
+        outcomes = self.completer.take_outcomes()
+        if not outcomes:
+            return self._fill()
+        try:
+            with transaction.atomic(using=self.alias):
+                recorded = self.completer.record_in_pass(outcomes)
+                self._poll_now = True  # a retry without delay is ready again: claim
+                claimed = self._fill()
+        except Exception as exc:
+            self.completer.put_back(outcomes)
+            if is_transient(exc) and not row_locked(self.driver, exc):
+                raise
+            logger.info("worker %s: the pass's transaction failed (%s); apart", self.id, exc)
+            self._poll_now = True  # the claim this pass still owes
+            self._flush()
+            return self._fill()
+        self._forget(*self.completer.settle(outcomes, recorded))
+        return claimed
+
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
-        if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
-            self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
         if done:  # a retry without delay is ready again: claim
             self._poll_now = True
-            if self._claim_first:  # this pass's claim has run: the next pass claims at once
-                self.wake.set()
+        return self._forget(done, written)
+
+    def _forget(
+        self, done: list[Outcome], written: set[tuple[int, int]]
+    ) -> tuple[list[Outcome], set[tuple[int, int]]]:
+        """The outcomes ``done`` were dealt with (``written``, or stale): forget their jobs."""
+        if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
+            self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
@@ -467,6 +505,12 @@ class Worker:
         if self._drained and self.burst and self.maintainer.promoter.run_once():
             self._drained = False
             self.wake.set()
+        if jobs:  # inside a pass's transaction, once it commits; otherwise at once
+            transaction.on_commit(lambda: self._start_jobs(jobs), using=self.alias)
+        return len(jobs) + batched
+
+    def _start_jobs(self, jobs: list[ClaimedJob]) -> None:
+        """Hand the jobs just claimed (and committed) to the slots."""
         now = time.monotonic()
         with self._lock:
             for job in jobs:
@@ -487,12 +531,10 @@ class Worker:
                 self.pool.began(job.queue)
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
-        if jobs:
-            self.claimed_count += len(jobs)
-            with self._lock:
-                self.leases.schedule(self._running, now)
-                self.backpressure.count_claimed(now, len(jobs))
-        return len(jobs) + batched
+        self.claimed_count += len(jobs)
+        with self._lock:
+            self.leases.schedule(self._running, now)
+            self.backpressure.count_claimed(now, len(jobs))
 
     def _scale(self) -> None:
         """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,

@@ -12,7 +12,7 @@ import socket
 import threading
 
 import pytest
-from django.db import connection
+from django.db import DataError, OperationalError, connection
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
@@ -168,46 +168,202 @@ def test_a_stop_requested_mid_pass_claims_nothing_more():
     assert Job.objects.filter(status=Status.RUNNING).count() == 0
 
 
-def _hand_over_a_retry(worker: Worker) -> None:
-    """Do what a slot does with the job the last pass handed it: it failed, to be retried
-    without delay; its outcome goes to the completer."""
-    job, item = worker._inbox.get_nowait()
-    failure = Outcome(
+def _hand_over(worker: Worker, outcome_of) -> list[int]:
+    """Do what the slots do with every job the last pass handed them: each ended with
+    ``outcome_of(job)``, which goes to the completer. Returns the jobs' ids."""
+    ids = []
+    while not worker._inbox.empty():
+        job, item = worker._inbox.get_nowait()
+        with worker._lock:
+            worker._executing -= 1
+            worker.pool.ended(job.queue)
+            item.context.finished = True
+            worker.completer.hand_over(outcome_of(job), item.started)
+        ids.append(job.id)
+    return ids
+
+
+def _retry(job) -> Outcome:
+    """It failed, to be retried without delay."""
+    return Outcome(
         job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RETRY,
         max_attempts=job.max_attempts, attempts_charged=job.attempts_charged, delay=0.0,
         error={"type": "ValueError", "message": "again", "traceback": None},
     )  # fmt: skip
-    with worker._lock:
-        worker._executing -= 1
-        worker.pool.ended(job.queue)
-        item.context.finished = True
-        worker.completer.hand_over(failure, item.started)
+
+
+def _success(job) -> Outcome:
+    return Outcome(
+        job_id=job.id, attempt=job.attempt, kind=OutcomeKind.SUCCEEDED,
+        max_attempts=job.max_attempts, result_json="3",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("pool", ["threads", "processes"])
-def test_a_job_its_pass_wrote_back_is_claimed_by_that_pass_or_the_next_at_once(pool):
-    """A pass writes the outcomes slots handed over and claims for the free slots. A thread
-    pool writes first, so what the write put back (a retry without delay) is claimed in the
-    same pass, and nothing is left to wake a pass more. A process pool claims first (its
-    children wait for the claim, not the write): its pass wakes the next one at once, which
-    claims the job instead of waiting for the poll."""
+def test_a_job_its_pass_wrote_back_is_claimed_by_that_pass(pool):
+    """A pass writes the outcomes slots handed over, then claims for the free slots, in one
+    transaction: what the write put back (a retry without delay) is claimed in the same pass,
+    and nothing is left to wake a pass more, whichever the pool."""
     job = add.enqueue(1, 2)
     worker = Worker(concurrency=1, pool=pool, poll_interval=3600)
     if worker.processes is not None:
         worker.processes.ready.set()  # no children in this test: the slots' work is done here
     assert worker._tick() == 1
-    _hand_over_a_retry(worker)
+    _hand_over(worker, _retry)
     worker.wake.clear()
 
     claimed = worker._tick()
 
     assert fresh(job).errors[-1]["message"] == "again"
-    if pool == "threads":
-        assert (claimed, worker.wake.is_set()) == (1, False)
-    else:
-        assert (claimed, worker.wake.is_set()) == (0, True)
-        assert worker._tick() == 1
+    assert (claimed, worker.wake.is_set()) == (1, False)
     assert (fresh(job).status, fresh(job).attempt) == (Status.RUNNING, 2)
+
+
+# --- one pass, one transaction -----------------------------------------------------------
+
+
+class Transactions:
+    """What one connection sends: each statement, and whether it ran inside a transaction
+    (otherwise it was a transaction of its own), and how many transactions committed."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, bool]] = []
+        self.commits = 0
+
+    def __call__(self, execute, sql, params, many, context):  # an execute_wrapper
+        self.statements.append((sql, context["connection"].in_atomic_block))
+        return execute(sql, params, many, context)
+
+    @property
+    def count(self) -> int:
+        # SQLite's BEGIN IMMEDIATE comes through here too: it opens the transaction counted
+        # by its commit.
+        alone = [sql for sql, inside in self.statements if not inside and sql != "BEGIN IMMEDIATE"]
+        return self.commits + len(alone)
+
+
+@pytest.fixture
+def transactions(monkeypatch) -> Transactions:
+    seen = Transactions()
+    commit = connection.commit
+
+    def counted() -> None:
+        seen.commits += 1
+        commit()
+
+    monkeypatch.setattr(connection, "commit", counted)
+    return seen
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_a_pass_writes_its_outcomes_and_claims_the_next_jobs_in_one_transaction(
+    pool, transactions, monkeypatch
+):
+    """However many outcomes a pass writes and jobs it claims: one transaction, one commit.
+    The write comes first (the lock order: workflow rows, then jobs), the claim after it."""
+    first = [add.enqueue(i, 1) for i in range(3)]
+    worker = Worker(concurrency=3, pool=pool, poll_interval=3600)
+    if worker.processes is not None:
+        worker.processes.ready.set()  # no children in this test: the slots' work is done here
+    monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)  # its own transactions
+    assert worker._tick() == 3
+    assert sorted(_hand_over(worker, _success)) == sorted(job.pk for job in first)
+    following = [add.enqueue(i, 2) for i in range(3)]
+    transactions.statements.clear()
+    transactions.commits = 0
+
+    with connection.execute_wrapper(transactions):
+        claimed = worker._tick()
+
+    assert claimed == 3
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert {fresh(job).status for job in following} == {Status.RUNNING}
+    assert transactions.count == 1, transactions.statements
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
+
+
+def test_a_pass_whose_claim_fails_with_the_connection_keeps_its_outcomes_and_starts_nothing(
+    monkeypatch,
+):
+    """The claim runs in the write's transaction: a lost connection rolls both back. Nothing
+    is lost: the outcomes wait for the next pass, the rows it claimed are ready again, and no
+    job starts on a claim that did not commit."""
+    first = add.enqueue(1, 1)
+    worker = Worker(concurrency=1, poll_interval=3600)
+    assert worker._tick() == 1
+    _hand_over(worker, _success)
+    following = add.enqueue(2, 2)
+    claim = worker.claimer.claim
+
+    def claim_then_lose_the_connection(queues, limit):
+        jobs = claim(queues, limit)
+        assert jobs  # claimed in the pass's transaction ...
+        raise OperationalError("server closed the connection unexpectedly")  # ... then lost
+
+    monkeypatch.setattr(worker.claimer, "claim", claim_then_lose_the_connection)
+
+    assert worker._tick() == 0
+
+    assert (fresh(first).status, fresh(first).lease_owner) == (Status.RUNNING, worker.id)
+    assert (fresh(following).status, fresh(following).attempt) == (Status.READY, 0)
+    assert worker.completer.pending == 1 and worker._inbox.empty()
+    assert worker._connection_lost and worker.claimed_count == 1
+    monkeypatch.undo()
+    worker._error_backoff = 0.0
+
+    assert worker._tick() == 1
+
+    assert fresh(first).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).attempt) == (Status.RUNNING, 1)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
+def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claims(monkeypatch):
+    """A value the database refuses ends the pass's transaction: the pass writes the outcomes
+    one by one (the refused one replaced by a failure that says why), then claims."""
+    bad, good = add.enqueue(1, 1), add.enqueue(2, 2)
+    worker = Worker(concurrency=2, poll_interval=3600)
+    assert worker._tick() == 2
+    _hand_over(worker, _success)
+    following = add.enqueue(3, 3)
+    record_many = worker.driver.record_many
+
+    def refusing(owner, outcomes, **kwargs):
+        if any(outcome.job_id == bad.pk and outcome.kind == OutcomeKind.SUCCEEDED
+               for outcome in outcomes):  # fmt: skip
+            raise DataError("value out of range")  # what the database says to a bad value
+        return record_many(owner, outcomes, **kwargs)
+
+    monkeypatch.setattr(worker.driver, "record_many", refusing)
+
+    assert worker._tick() == 1
+
+    assert fresh(good).status == Status.SUCCEEDED
+    assert fresh(bad).status in (Status.FAILED, Status.READY, Status.SCHEDULED)
+    assert fresh(bad).errors  # the refusal, said
+    assert fresh(following).status == Status.RUNNING
+    assert worker.completer.pending == 0
+
+
+@pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it
+def test_a_pass_whose_write_meets_a_locked_row_keeps_that_outcome_and_still_claims(hold_row):
+    """A row another session holds is skipped and its outcome kept for a later pass; the
+    other outcomes and the claim commit in the pass's transaction."""
+    locked, other = add.enqueue(1, 1), add.enqueue(2, 2)
+    worker = Worker(concurrency=2, poll_interval=3600)
+    assert worker._tick() == 2
+    _hand_over(worker, _success)
+    following = add.enqueue(3, 3)
+    release = hold_row(locked.pk)
+
+    assert worker._tick() == 1
+
+    assert fresh(other).status == Status.SUCCEEDED
+    assert fresh(following).status == Status.RUNNING
+    assert worker.completer.pending == 1  # the locked job's, for a later pass
+    release.set()
+    wait_until(lambda: worker._tick() >= 0 and fresh(locked).status == Status.SUCCEEDED,
+               timeout=10, message="the kept outcome")  # fmt: skip
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
