@@ -161,6 +161,7 @@ class Worker:
         self._claim_deadline = math.inf  # set before each sleep (_sleep_for)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
+        self._finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
@@ -434,17 +435,36 @@ class Worker:
             with transaction.atomic(using=self.alias):
                 recorded = self.completer.record_in_pass(outcomes)
                 self._poll_now = True  # a retry without delay is ready again: claim
+                self._finishing = {
+                    (o.job_id, o.attempt) for o in outcomes if o.job_id not in recorded.busy
+                }
                 claimed = self._fill()
         except Exception as exc:
+            self._finishing = set()
             self.completer.put_back(outcomes)
             if is_transient(exc) and not row_locked(self.driver, exc):
                 raise
-            logger.info("worker %s: the pass's transaction failed (%s); apart", self.id, exc)
+            logger.info(
+                "worker %s: the pass's transaction failed (%s); writing its outcomes, then "
+                "claiming, each on its own", self.id, exc,
+            )  # fmt: skip
             self._poll_now = True  # the claim this pass still owes
             self._flush()
             return self._fill()
+        self._finishing = set()
         self._forget(*self.completer.settle(outcomes, recorded))
         return claimed
+
+    def _still_running(self) -> int:
+        """Jobs leased here, less those whose outcomes this pass writes before it claims
+        (forgotten once it commits): what could still put a job back (burst: not done)."""
+        if not self._finishing:
+            return len(self._running)
+        return sum(
+            1
+            for job_id, item in self._running.items()
+            if (job_id, item.context.attempt) not in self._finishing
+        )
 
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
@@ -469,7 +489,7 @@ class Worker:
 
     def _fill(self) -> int:
         with self._lock:
-            running_before = len(self._running)
+            running_before = self._still_running()
             executing = self._executing
         free = self.concurrency - executing
         if self.max_jobs is not None:

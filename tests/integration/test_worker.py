@@ -345,6 +345,19 @@ def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claim
     assert worker.completer.pending == 0
 
 
+def test_a_burst_ends_with_the_pass_that_writes_its_last_outcome():
+    """The jobs whose outcomes a pass writes before it claims can put nothing back after it:
+    a burst worker whose pass wrote the last outcome and claimed nothing is done."""
+    add.enqueue(1, 1)
+    worker = Worker(concurrency=1, burst=True, poll_interval=3600)
+    assert worker._tick() == 1
+    _hand_over(worker, _success)
+
+    assert worker._tick() == 0
+
+    assert worker._finished_work(0)
+
+
 @pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it
 def test_a_pass_whose_write_meets_a_locked_row_keeps_that_outcome_and_still_claims(hold_row):
     """A row another session holds is skipped and its outcome kept for a later pass; the
