@@ -39,7 +39,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -169,6 +169,11 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
+        # A process pool claims before it writes the outcomes, each on its own: a child that
+        # handed back an outcome idles until its slot gets a job, and a claim alone is one
+        # round trip, where the pass's transaction (``_write_and_claim``) is four before its
+        # jobs start. Threads share one core: the transaction's fewer round trips win.
+        self._claim_first = self.processes is not None
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -264,9 +269,15 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        # The maintenance first: what the promoter makes ready, this pass's claim can take.
-        steps = (self._ensure_session, self._heartbeat, self._write_progress, self._maintain,
-                 self._write_and_claim, self._scale)  # fmt: skip
+        # A thread pool's maintenance comes before the pass's transaction, never inside it (its
+        # own transactions), and what the promoter makes ready the pass's claim can take.
+        passes: tuple[Callable[[], object], ...] = (
+            (self._fill, self._maintain, self._flush)
+            if self._claim_first
+            else (self._maintain, self._write_and_claim)
+        )
+        steps = (self._ensure_session, self._heartbeat, self._write_progress, *passes,
+                 self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -275,8 +286,8 @@ class Worker:
                 if self._step_failed(step.__name__, exc):
                     break  # the connection is gone: the other steps would fail the same way
             else:
-                if step == self._write_and_claim:
-                    claimed = int(result or 0)
+                if step in (self._fill, self._write_and_claim):
+                    claimed = int(result)  # type: ignore[call-overload]
         if not failed:
             self._error_backoff = 0.0
         return claimed
@@ -471,6 +482,8 @@ class Worker:
         done, written = self.completer.write_outcomes()
         if done:  # a retry without delay is ready again: claim
             self._poll_now = True
+            if self._claim_first:  # this pass's claim has run: the next pass claims at once
+                self.wake.set()
         return self._forget(done, written)
 
     def _forget(
