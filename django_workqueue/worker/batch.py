@@ -8,6 +8,7 @@ heartbeat renews every member) and handed to a slot, which runs it with the atte
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -54,7 +55,8 @@ class Batches:
             return 0
         self.claimed = len(found.batches)
         # Inside a pass's transaction, the batches start once it commits; otherwise at once.
-        transaction.on_commit(lambda: self._start(found.batches, now), using=worker.alias)
+        start = functools.partial(self._start, found.batches, now)
+        transaction.on_commit(start, using=worker.alias, robust=True)  # as Worker._fill
         return self.claimed
 
     def _start(self, found: list[tuple[Any, list[ClaimedJob]]], now: float) -> None:

@@ -539,7 +539,9 @@ class Worker:
             self._drained = False
             self.wake.set()
         if jobs:  # inside a pass's transaction, once it commits; otherwise at once
-            transaction.on_commit(lambda: self._start_jobs(jobs), using=self.alias)
+            # Robust: a failure here, after the commit, must not pass for the pass's own (its
+            # outcomes would be put back as unwritten); Django logs it.
+            transaction.on_commit(lambda: self._start_jobs(jobs), using=self.alias, robust=True)
         return len(jobs) + batched
 
     def _start_jobs(self, jobs: list[ClaimedJob]) -> None:

@@ -286,17 +286,33 @@ def test_a_pass_writes_its_outcomes_and_claims_the_next_jobs_in_one_transaction(
     assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
 
 
+def _an_outcome_to_write_and_a_job_to_claim() -> tuple[Worker, Job, Job]:
+    """A worker whose last pass claimed a job that has succeeded since (its outcome handed
+    over, not written yet), and another job ready."""
+    first = add.enqueue(1, 1)
+    worker = Worker(concurrency=1, poll_interval=3600)
+    assert worker._tick() == 1
+    _hand_over(worker, _success)
+    return worker, first, add.enqueue(2, 2)
+
+
+def _the_next_pass_writes_and_claims(worker: Worker, first: Job, following: Job) -> None:
+    worker._error_backoff = 0.0
+
+    assert worker._tick() == 1
+
+    assert fresh(first).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).attempt) == (Status.RUNNING, 1)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
 def test_a_pass_whose_claim_fails_with_the_connection_keeps_its_outcomes_and_starts_nothing(
     monkeypatch,
 ):
     """The claim runs in the write's transaction: a lost connection rolls both back. Nothing
     is lost: the outcomes wait for the next pass, the rows it claimed are ready again, and no
     job starts on a claim that did not commit."""
-    first = add.enqueue(1, 1)
-    worker = Worker(concurrency=1, poll_interval=3600)
-    assert worker._tick() == 1
-    _hand_over(worker, _success)
-    following = add.enqueue(2, 2)
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
     claim = worker.claimer.claim
 
     def claim_then_lose_the_connection(queues, limit):
@@ -313,13 +329,46 @@ def test_a_pass_whose_claim_fails_with_the_connection_keeps_its_outcomes_and_sta
     assert worker.completer.pending == 1 and worker._inbox.empty()
     assert worker._connection_lost and worker.claimed_count == 1
     monkeypatch.undo()
-    worker._error_backoff = 0.0
 
-    assert worker._tick() == 1
+    _the_next_pass_writes_and_claims(worker, first, following)
 
-    assert fresh(first).status == Status.SUCCEEDED
-    assert (fresh(following).status, fresh(following).attempt) == (Status.RUNNING, 1)
-    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+@pytest.mark.postgres_only  # pg_terminate_backend: the server ends the pass's session
+def test_a_pass_whose_session_the_server_ends_before_its_claim_loses_nothing(monkeypatch):
+    """The server ends the control connection's session after the pass wrote its outcomes and
+    before it claims: nothing of the transaction was kept, so the outcomes are written by the
+    next pass, and the job is claimed then."""
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    claim = worker.claimer.claim
+    ended = []
+
+    def end_the_session_then_claim(queues, limit):
+        if not ended:
+            ended.append(connection.connection.info.backend_pid)
+            terminator = threading.Thread(target=_terminate, args=(ended[0],))
+            terminator.start()
+            terminator.join()
+        return claim(queues, limit)
+
+    monkeypatch.setattr(worker.claimer, "claim", end_the_session_then_claim)
+
+    assert worker._tick() == 0
+
+    assert ended and worker._connection_lost
+    assert (fresh(first).status, fresh(first).lease_owner) == (Status.RUNNING, worker.id)
+    assert fresh(following).status == Status.READY
+    assert worker.completer.pending == 1 and worker._inbox.empty()
+
+    _the_next_pass_writes_and_claims(worker, first, following)
+
+
+def _terminate(pid: int) -> None:
+    """From a session of its own (this thread's), end session ``pid`` as a restart would."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        connection.close()
 
 
 def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claims(monkeypatch):
