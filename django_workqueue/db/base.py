@@ -451,6 +451,12 @@ class Driver(abc.ABC):
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
+    def transaction_failed(self) -> bool:
+        """Whether a statement failed in the open transaction, its error caught: the database
+        then refuses the transaction's next statements and rolls it back at its ``COMMIT``
+        (PostgreSQL). SQLite undoes the failed statement alone: never."""
+        return False
+
     def pipelined(self) -> contextlib.AbstractContextManager[object]:
         """Inside it, a statement whose answer nothing reads goes out with the next one whose
         answer is read, in one round trip (PostgreSQL's pipeline mode); elsewhere, one by one.

@@ -162,6 +162,7 @@ _TERMINAL = frozenset(status.value for status in TERMINAL)
 # A worker's writes wait at most this long for a row another session holds locked; what they
 # wanted is kept and written on a later pass instead of stalling the worker's control loop.
 LOCK_TIMEOUT = "2s"
+_IN_ERROR = 3  # libpq's PQTRANS_INERROR: a statement of the open transaction failed
 # The condition that sets it, in the first CTE of a write (an uncorrelated subquery: run once,
 # before the statement reads a row, so before any wait), for the rest of the transaction only
 # (set_config's is_local): the outcome's workflow effects written after it in the same
@@ -672,6 +673,15 @@ class PostgresDriver(Driver):
         if previous is not None:
             with self.connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+
+    def transaction_failed(self) -> bool:
+        raw = self.connection.connection
+        if raw is None:
+            return False
+        info = getattr(raw, "info", None)  # psycopg 3
+        if info is not None:
+            return bool(info.transaction_status == _IN_ERROR)
+        return bool(raw.get_transaction_status() == _IN_ERROR)  # psycopg2: the same number
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[object]:

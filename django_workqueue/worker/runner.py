@@ -450,6 +450,11 @@ class Worker:
                     (o.job_id, o.attempt) for o in outcomes if o.job_id not in recorded.busy
                 }
                 claimed = self._fill()
+                if self.driver.transaction_failed():
+                    # A claim failed after another had taken jobs and was let through, as is
+                    # right where each claim commits alone: here its COMMIT would roll back
+                    # the whole pass unseen. Apart, then.
+                    raise transaction.TransactionManagementError("a claim of the pass failed")
         except Exception as exc:
             self._finishing = set()
             self.completer.put_back(outcomes)

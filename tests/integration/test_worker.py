@@ -286,11 +286,11 @@ def test_a_pass_writes_its_outcomes_and_claims_the_next_jobs_in_one_transaction(
     assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
 
 
-def _an_outcome_to_write_and_a_job_to_claim() -> tuple[Worker, Job, Job]:
+def _an_outcome_to_write_and_a_job_to_claim(concurrency: int = 1) -> tuple[Worker, Job, Job]:
     """A worker whose last pass claimed a job that has succeeded since (its outcome handed
     over, not written yet), and another job ready."""
     first = add.enqueue(1, 1)
-    worker = Worker(concurrency=1, poll_interval=3600)
+    worker = Worker(concurrency=concurrency, poll_interval=3600)
     assert worker._tick() == 1
     _hand_over(worker, _success)
     return worker, first, add.enqueue(2, 2)
@@ -369,6 +369,35 @@ def _terminate(pid: int) -> None:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     finally:
         connection.close()
+
+
+def test_a_claim_that_fails_after_another_took_jobs_never_rolls_back_the_pass_unseen():
+    """A pass's second claim (the flow claim after the plain one) fails after the first took
+    jobs; the claimer lets it through, so that those jobs run. On PostgreSQL the failed
+    statement has ended the pass's transaction, whose COMMIT would then roll back the
+    outcomes' write unseen: the pass writes apart instead, then claims, and nothing is lost."""
+    # Two slots for one ready job: the plain claim comes short, so the flow claim runs.
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim(concurrency=2)
+    worker.claimer.uses_flow = True
+    worker.claimer._flow_first = True  # the next claim takes turns: the plain claim first
+
+    failed = []
+
+    def a_statement_fails(queues, limit):  # once
+        if failed:
+            return []
+        failed.append(limit)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table_of_flow_claims")
+
+    worker.claimer.flow.claim = a_statement_fails
+
+    assert worker._tick() == 1
+
+    assert failed
+    assert fresh(first).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).lease_owner) == (Status.RUNNING, worker.id)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
 
 
 def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claims(monkeypatch):
