@@ -14,8 +14,6 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
 from ..attempt.batch import Batch, BatchResultMismatch, run_batch
 from ..attempt.connections import close_unusable_connections, tidy_connections
 from ..attempt.lease import RunningJob
@@ -54,9 +52,8 @@ class Batches:
         if not found.batches:
             return 0
         self.claimed = len(found.batches)
-        # Inside a pass's transaction, the batches start once it commits; otherwise at once.
-        start = functools.partial(self._start, found.batches, now)
-        transaction.on_commit(start, using=worker.alias, robust=True)  # as Worker._fill
+        # Inside a pass's transaction, the batches start once it is over; otherwise at once.
+        worker._when_committed(functools.partial(self._start, found.batches, now))
         return self.claimed
 
     def _start(self, found: list[tuple[Any, list[ClaimedJob]]], now: float) -> None:

@@ -162,6 +162,7 @@ class Worker:
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
+        self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
@@ -442,6 +443,7 @@ class Worker:
         outcomes = self.completer.take_outcomes()
         if not outcomes:
             return self._fill()
+        self._starts = []
         try:
             with transaction.atomic(using=self.alias):
                 recorded = self.completer.record_in_pass(outcomes)
@@ -456,7 +458,7 @@ class Worker:
                     # the whole pass unseen. Apart, then.
                     raise transaction.TransactionManagementError("a claim of the pass failed")
         except Exception as exc:
-            self._finishing = set()
+            self._finishing, self._starts = set(), None  # claims rolled back: nothing starts
             self.completer.put_back(outcomes)
             if is_transient(exc) and not row_locked(self.driver, exc):
                 raise
@@ -467,9 +469,22 @@ class Worker:
             self._poll_now = True  # the claim this pass still owes
             self._flush()
             return self._fill()
-        self._finishing = set()
+        starts, self._finishing, self._starts = self._starts, set(), None
         self._forget(*self.completer.settle(outcomes, recorded))
+        for start in starts:  # after the forgetting: a job claimed again replaces its entry
+            try:
+                start()
+            except Exception:  # committed: never taken for a failure of the pass's writes
+                logger.exception("worker %s: could not start the jobs it claimed", self.id)
         return claimed
+
+    def _when_committed(self, start: Callable[[], None]) -> None:
+        """Run ``start`` (it hands jobs just claimed to the slots) once their claim is kept:
+        after the pass's transaction (``_write_and_claim``), or at once outside one."""
+        if self._starts is None:
+            start()
+        else:
+            self._starts.append(start)
 
     def _still_running(self) -> int:
         """Jobs leased here, less those whose outcomes this pass writes before it claims
@@ -543,10 +558,8 @@ class Worker:
         if self._drained and self.burst and self.maintainer.promoter.run_once():
             self._drained = False
             self.wake.set()
-        if jobs:  # inside a pass's transaction, once it commits; otherwise at once
-            # Robust: a failure here, after the commit, must not pass for the pass's own (its
-            # outcomes would be put back as unwritten); Django logs it.
-            transaction.on_commit(lambda: self._start_jobs(jobs), using=self.alias, robust=True)
+        if jobs:
+            self._when_committed(lambda: self._start_jobs(jobs))
         return len(jobs) + batched
 
     def _start_jobs(self, jobs: list[ClaimedJob]) -> None:

@@ -12,7 +12,7 @@ import socket
 import threading
 
 import pytest
-from django.db import DataError, OperationalError, connection
+from django.db import DataError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
@@ -398,6 +398,23 @@ def test_a_claim_that_fails_after_another_took_jobs_never_rolls_back_the_pass_un
     assert fresh(first).status == Status.SUCCEEDED
     assert (fresh(following).status, fresh(following).lease_owner) == (Status.RUNNING, worker.id)
     assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
+def test_a_pass_inside_a_callers_transaction_hands_its_jobs_over_at_once():
+    """The jobs a pass claims start when its own transaction is over, not when an enclosing
+    one commits (a test's): claimed inside a caller's transaction, they are handed over as
+    the claim returns, as before passes had a transaction."""
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    with transaction.atomic():
+        assert worker._tick() == 1  # writes and claims: a savepoint of the caller's
+        assert worker._inbox.qsize() == 1 and worker.claimed_count == 2
+        third = add.enqueue(3, 3)
+        worker.concurrency = 2  # a free slot, and nothing to write: a claim alone
+        worker._poll_now = True
+        assert worker._tick() == 1
+        assert worker._inbox.qsize() == 2 and worker.claimed_count == 3
+    assert fresh(first).status == Status.SUCCEEDED
+    assert {fresh(following).status, fresh(third).status} == {Status.RUNNING}
 
 
 def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claims(monkeypatch):
