@@ -470,12 +470,14 @@ class Worker:
             self._flush()
             return self._fill()
         starts, self._finishing, self._starts = self._starts, set(), None
-        self._forget(*self.completer.settle(outcomes, recorded))
-        for start in starts:  # after the forgetting: a job claimed again replaces its entry
-            try:
-                start()
-            except Exception:  # committed: never taken for a failure of the pass's writes
-                logger.exception("worker %s: could not start the jobs it claimed", self.id)
+        try:
+            self._forget(*self.completer.settle(outcomes, recorded))
+        finally:  # committed: the jobs are ours, whatever the bookkeeping met
+            for start in starts:  # after the forgetting: a job claimed again replaces its entry
+                try:
+                    start()
+                except Exception:
+                    logger.exception("worker %s: could not start the jobs it claimed", self.id)
         return claimed
 
     def _when_committed(self, start: Callable[[], None]) -> None:
