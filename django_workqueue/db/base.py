@@ -9,6 +9,7 @@ whether it changed a row: a stale worker's late write changes nothing.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -449,6 +450,18 @@ class Driver(abc.ABC):
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
+
+    def transaction_failed(self) -> bool:
+        """Whether a statement failed in the open transaction, its error caught: the database
+        then refuses the transaction's next statements and rolls it back at its ``COMMIT``
+        (PostgreSQL). SQLite undoes the failed statement alone: never."""
+        return False
+
+    def pipelined(self) -> contextlib.AbstractContextManager[object]:
+        """Inside it, a statement whose answer nothing reads goes out with the next one whose
+        answer is read, in one round trip (PostgreSQL's pipeline mode); elsewhere, one by one.
+        Its end waits for every answer, so an error of any statement has raised by then."""
+        return contextlib.nullcontext()
 
     # --- enqueue ------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -162,6 +162,7 @@ _TERMINAL = frozenset(status.value for status in TERMINAL)
 # A worker's writes wait at most this long for a row another session holds locked; what they
 # wanted is kept and written on a later pass instead of stalling the worker's control loop.
 LOCK_TIMEOUT = "2s"
+_IN_ERROR = 3  # libpq's PQTRANS_INERROR: a statement of the open transaction failed
 # The condition that sets it, in the first CTE of a write (an uncorrelated subquery: run once,
 # before the statement reads a row, so before any wait), for the rest of the transaction only
 # (set_config's is_local): the outcome's workflow effects written after it in the same
@@ -672,6 +673,29 @@ class PostgresDriver(Driver):
         if previous is not None:
             with self.connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+
+    def transaction_failed(self) -> bool:
+        raw = self.connection.connection
+        if raw is None:
+            return False
+        info = getattr(raw, "info", None)  # psycopg 3
+        if info is not None:
+            return bool(info.transaction_status == _IN_ERROR)
+        return bool(raw.get_transaction_status() == _IN_ERROR)  # psycopg2: the same number
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[object]:
+        # psycopg 3's pipeline mode (psycopg2 has none: one by one). Its end sends a Sync and
+        # reads the answers left, outside Django's cursor: errors are made Django's here, as a
+        # cursor's are, so that callers tell a lost connection or a lock from a refusal.
+        db = self.connection
+        db.ensure_connection()
+        pipeline = getattr(db.connection, "pipeline", None)
+        if pipeline is None:
+            yield None
+            return
+        with db.wrap_database_errors, pipeline() as opened:
+            yield opened
 
     def name_session(self, name: str, connection: BaseDatabaseWrapper | None = None) -> None:
         # pg_stat_activity.application_name then says which worker a backend serves (set_config:

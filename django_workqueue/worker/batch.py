@@ -8,16 +8,17 @@ heartbeat renews every member) and handed to a slot, which runs it with the atte
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..attempt.batch import Batch, BatchResultMismatch, run_batch
 from ..attempt.connections import close_unusable_connections, tidy_connections
 from ..attempt.lease import RunningJob
 from ..context import AbortReason, JobContext
-from ..db import Outcome
+from ..db import ClaimedJob, Outcome
 from ..flow.batches import claim_batches
 
 if TYPE_CHECKING:
@@ -50,9 +51,16 @@ class Batches:
         self.due_at = math.inf if found.due_in is None else now + found.due_in
         if not found.batches:
             return 0
+        self.claimed = len(found.batches)
+        # Inside a pass's transaction, the batches start once it is over; otherwise at once.
+        worker._when_committed(functools.partial(self._start, found.batches, now))
+        return self.claimed
+
+    def _start(self, found: list[tuple[Any, list[ClaimedJob]]], now: float) -> None:
+        worker = self.worker
         batches = []
         with worker._lock:
-            for task, jobs in found.batches:
+            for task, jobs in found:
                 members = []
                 for job in jobs:
                     context = JobContext(
@@ -73,8 +81,6 @@ class Batches:
             worker.leases.schedule(worker._running, now)
         for batch in batches:
             worker._inbox.put(batch)
-        self.claimed = len(batches)
-        return self.claimed
 
     @property
     def idle(self) -> bool:

@@ -171,22 +171,52 @@ class Completer:
         same job). Outcomes whose row another session holds locked are kept for a later pass;
         on a lost connection all are kept and the error is raised.
         """
-        self._report(self._take_recorded(), {})
-        outcomes: list[Outcome] = []
-        while self._outcomes:
-            outcomes.append(self._outcomes.popleft())
+        outcomes = self.take_outcomes()
         if not outcomes:
             return [], set()
-        self.attach_progress(outcomes)
         try:
             recorded = release.record(self.driver, self.owner, outcomes, skip_locked=True)
         except Exception as exc:
             if is_transient(exc) and not row_locked(self.driver, exc):
-                self._outcomes.extendleft(reversed(outcomes))  # keep them for the next try
+                self.put_back(outcomes)  # keep them for the next try
                 raise
             # Refused, or a row another session holds (a dependent's) stopped the batch after
             # its bounded wait: each alone, so only that row's outcome waits (db/locking.py).
             recorded = self._write_one_by_one(outcomes, exc)
+        return self.settle(outcomes, recorded)
+
+    def take_outcomes(self) -> list[Outcome]:
+        """Take every outcome handed over so far, each with its job's last progress report,
+        to be written by the caller (``record_in_pass``) and then ``settle``-d, or ``put_back``
+        if the write did not commit."""
+        self._report(self._take_recorded(), {})
+        outcomes: list[Outcome] = []
+        while self._outcomes:
+            outcomes.append(self._outcomes.popleft())
+        if outcomes:
+            self.attach_progress(outcomes)
+        return outcomes
+
+    def record_in_pass(self, outcomes: list[Outcome]) -> Recorded:
+        """Write ``outcomes`` in the caller's transaction, a worker's pass, without a savepoint
+        of its own: whatever fails ends that transaction, and the caller rolls it back, puts
+        the outcomes back and writes them with ``write_outcomes`` (its fallbacks) instead. The
+        answers nothing reads before the end of the write go out with the next statement
+        (``Driver.pipelined``): the statistics' upsert, a NOTIFY."""
+        with self.driver.pipelined():
+            return release.record(
+                self.driver, self.owner, outcomes, skip_locked=True, savepoint=False
+            )
+
+    def put_back(self, outcomes: list[Outcome]) -> None:
+        """Outcomes taken whose write did not commit: first in line for the next write."""
+        self._outcomes.extendleft(reversed(outcomes))
+
+    def settle(
+        self, outcomes: list[Outcome], recorded: Recorded
+    ) -> tuple[list[Outcome], set[tuple[int, int]]]:
+        """Once ``outcomes`` were written (committed): keep those whose row another session
+        held for a later pass, log the others; returns (done, written) as ``write_outcomes``."""
         busy = recorded.busy
         if busy:  # rows another session holds locked: keep those outcomes for a later pass
             self._outcomes.extend(o for o in outcomes if o.job_id in busy)

@@ -9,7 +9,12 @@ an autoscaling ceiling; see ``slots.py``).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
-as many jobs as there are free slots in another. Under load each round trip carries many jobs.
+as many jobs as there are free slots in another, both in one transaction (``_write_and_claim``):
+a pass costs the database one commit however many jobs it moves, and on PostgreSQL the
+statements whose answers nothing waits for (the BEGIN, the statistics' upsert) ride with the
+next one. The jobs claimed start once that transaction commits; if it rolls back, the outcomes
+wait for the next try and the claimed rows are ready again. Under load each round trip carries
+many jobs.
 
 The loop sleeps on one Event, set by: a slot coming free, a NOTIFY for a served queue, an
 in-process enqueue committing, or a stop request; it never sleeps longer than the poll interval
@@ -34,9 +39,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import signalling, signals, wakeup
@@ -44,6 +49,7 @@ from ..attempt.asyncloop import AsyncLoop
 from ..attempt.connections import (
     close_unusable_connections,
     is_connection_error,
+    is_transient,
     serving,
     tidy_connections,
 )
@@ -52,6 +58,7 @@ from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
 from ..db import ClaimedJob, LivenessToken, Outcome, driver_for
+from ..db.locking import row_locked
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
@@ -154,6 +161,8 @@ class Worker:
         self._claim_deadline = math.inf  # set before each sleep (_sleep_for)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
+        self._finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
+        self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
@@ -161,9 +170,10 @@ class Worker:
         self.pool_kind = pool
         # --pool processes: each slot thread runs its jobs in a child process (processes.py).
         self.processes = ProcessPool(child_limits or ChildLimits()) if pool == "processes" else None
-        # A process pool claims before it writes the outcomes: a child that handed back an
-        # outcome idles until its slot gets a job, and that wait is one round trip instead of
-        # two (the write, then the claim). Threads share one core: no gain.
+        # A process pool claims before it writes the outcomes, each on its own: a child that
+        # handed back an outcome idles until its slot gets a job, and a claim alone is one
+        # round trip, where the pass's transaction (``_write_and_claim``) is four before its
+        # jobs start. Threads share one core: the transaction's fewer round trips win.
         self._claim_first = self.processes is not None
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
@@ -260,9 +270,15 @@ class Worker:
         self._last_fill = (0, 0)
         failed = False
         self._connection_lost = False
-        first, then = (self._fill, self._flush) if self._claim_first else (self._flush, self._fill)
-        steps = (self._ensure_session, self._heartbeat, self._write_progress, first,
-                 self._maintain, then, self._scale)  # fmt: skip
+        # A thread pool's maintenance comes before the pass's transaction, never inside it (its
+        # own transactions), and what the promoter makes ready the pass's claim can take.
+        passes: tuple[Callable[[], object], ...] = (
+            (self._fill, self._maintain, self._flush)
+            if self._claim_first
+            else (self._maintain, self._write_and_claim)
+        )
+        steps = (self._ensure_session, self._heartbeat, self._write_progress, *passes,
+                 self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -271,8 +287,8 @@ class Worker:
                 if self._step_failed(step.__name__, exc):
                     break  # the connection is gone: the other steps would fail the same way
             else:
-                if step == self._fill:
-                    claimed = int(result or 0)  # type: ignore[arg-type]
+                if step in (self._fill, self._write_and_claim):
+                    claimed = int(result)  # type: ignore[call-overload]
         if not failed:
             self._error_backoff = 0.0
         return claimed
@@ -412,15 +428,92 @@ class Worker:
     def _write_progress(self) -> None:
         self.completer.write_progress()
 
+    def _write_and_claim(self) -> int:
+        """Write the outcomes slots handed over, then claim for the free slots (``_fill``): one
+        transaction, the write first (the lock order: workflow rows, then the jobs'). Returns
+        # claimed.
+
+        Whatever ends that transaction early rolls all of it back: the outcomes are put back,
+        the claimed rows are ready again (their jobs start only on commit, see ``_fill``). A
+        lost connection (or SQLite's database lock) then ends the pass, the outcomes kept for
+        the next; anything else (a refused value, a lock a dependent's row met past its
+        bounded wait, a failing claim) is done the way it is alone: the outcomes written by
+        ``_flush``, each alone if the batch fails (``db/locking.py``), then a claim of its own.
+        """
+        outcomes = self.completer.take_outcomes()
+        if not outcomes:
+            return self._fill()
+        self._starts = []
+        try:
+            with transaction.atomic(using=self.alias):
+                recorded = self.completer.record_in_pass(outcomes)
+                self._poll_now = True  # a retry without delay is ready again: claim
+                self._finishing = {
+                    (o.job_id, o.attempt) for o in outcomes if o.job_id not in recorded.busy
+                }
+                claimed = self._fill()
+                if self.driver.transaction_failed():
+                    # A claim failed after another had taken jobs and was let through, as is
+                    # right where each claim commits alone: here its COMMIT would roll back
+                    # the whole pass unseen. Apart, then.
+                    raise transaction.TransactionManagementError("a claim of the pass failed")
+        except Exception as exc:
+            self._finishing, self._starts = set(), None  # claims rolled back: nothing starts
+            self.completer.put_back(outcomes)
+            if is_transient(exc) and not row_locked(self.driver, exc):
+                raise
+            logger.info(
+                "worker %s: the pass's transaction failed (%s); writing its outcomes, then "
+                "claiming, each on its own", self.id, exc,
+            )  # fmt: skip
+            self._poll_now = True  # the claim this pass still owes
+            self._flush()
+            return self._fill()
+        starts, self._finishing, self._starts = self._starts, set(), None
+        try:
+            self._forget(*self.completer.settle(outcomes, recorded))
+        finally:  # committed: the jobs are ours, whatever the bookkeeping met
+            for start in starts:  # after the forgetting: a job claimed again replaces its entry
+                try:
+                    start()
+                except Exception:
+                    logger.exception("worker %s: could not start the jobs it claimed", self.id)
+        return claimed
+
+    def _when_committed(self, start: Callable[[], None]) -> None:
+        """Run ``start`` (it hands jobs just claimed to the slots) once their claim is kept:
+        after the pass's transaction (``_write_and_claim``), or at once outside one."""
+        if self._starts is None:
+            start()
+        else:
+            self._starts.append(start)
+
+    def _still_running(self) -> int:
+        """Jobs leased here, less those whose outcomes this pass writes before it claims
+        (forgotten once it commits): what could still put a job back (burst: not done)."""
+        if not self._finishing:
+            return len(self._running)
+        return sum(
+            1
+            for job_id, item in self._running.items()
+            if (job_id, item.context.attempt) not in self._finishing
+        )
+
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
-        if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
-            self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
         if done:  # a retry without delay is ready again: claim
             self._poll_now = True
             if self._claim_first:  # this pass's claim has run: the next pass claims at once
                 self.wake.set()
+        return self._forget(done, written)
+
+    def _forget(
+        self, done: list[Outcome], written: set[tuple[int, int]]
+    ) -> tuple[list[Outcome], set[tuple[int, int]]]:
+        """The outcomes ``done`` were dealt with (``written``, or stale): forget their jobs."""
+        if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
+            self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
         with self._lock:
             for outcome in done:
                 item = self._running.get(outcome.job_id)
@@ -431,7 +524,7 @@ class Worker:
 
     def _fill(self) -> int:
         with self._lock:
-            running_before = len(self._running)
+            running_before = self._still_running()
             executing = self._executing
         free = self.concurrency - executing
         if self.max_jobs is not None:
@@ -467,6 +560,12 @@ class Worker:
         if self._drained and self.burst and self.maintainer.promoter.run_once():
             self._drained = False
             self.wake.set()
+        if jobs:
+            self._when_committed(lambda: self._start_jobs(jobs))
+        return len(jobs) + batched
+
+    def _start_jobs(self, jobs: list[ClaimedJob]) -> None:
+        """Hand the jobs just claimed (and committed) to the slots."""
         now = time.monotonic()
         with self._lock:
             for job in jobs:
@@ -487,12 +586,10 @@ class Worker:
                 self.pool.began(job.queue)
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
-        if jobs:
-            self.claimed_count += len(jobs)
-            with self._lock:
-                self.leases.schedule(self._running, now)
-                self.backpressure.count_claimed(now, len(jobs))
-        return len(jobs) + batched
+        self.claimed_count += len(jobs)
+        with self._lock:
+            self.leases.schedule(self._running, now)
+            self.backpressure.count_claimed(now, len(jobs))
 
     def _scale(self) -> None:
         """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,

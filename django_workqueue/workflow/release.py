@@ -38,11 +38,19 @@ __all__ = [
 
 
 def record(
-    driver: Driver, owner: str, outcomes: Sequence[Outcome], *, skip_locked: bool = False
+    driver: Driver,
+    owner: str,
+    outcomes: Sequence[Outcome],
+    *,
+    skip_locked: bool = False,
+    savepoint: bool = True,
 ) -> Recorded:
     """Write ``outcomes`` (``Driver.record_many``) and, in the same transaction, what they
-    do to workflows: children and continuations added at run time, dependents released."""
-    with transaction.atomic(using=driver.alias):
+    do to workflows: children and continuations added at run time, dependents released.
+
+    Inside a caller's transaction the write takes a savepoint, unless ``savepoint=False``
+    (a worker's pass: an error ends the whole transaction, which the pass then rolls back)."""
+    with transaction.atomic(using=driver.alias, savepoint=savepoint):
         recorded = driver.record_many(owner, outcomes, skip_locked=skip_locked)
         parked = [
             o.job_id for o in outcomes if o.waits and (o.job_id, o.attempt) in recorded.written

@@ -12,7 +12,7 @@ import socket
 import threading
 
 import pytest
-from django.db import connection
+from django.db import DataError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from django_workqueue.models import Job, WorkerProcess
@@ -168,20 +168,35 @@ def test_a_stop_requested_mid_pass_claims_nothing_more():
     assert Job.objects.filter(status=Status.RUNNING).count() == 0
 
 
-def _hand_over_a_retry(worker: Worker) -> None:
-    """Do what a slot does with the job the last pass handed it: it failed, to be retried
-    without delay; its outcome goes to the completer."""
-    job, item = worker._inbox.get_nowait()
-    failure = Outcome(
+def _hand_over(worker: Worker, outcome_of) -> list[int]:
+    """Do what the slots do with every job the last pass handed them: each ended with
+    ``outcome_of(job)``, which goes to the completer. Returns the jobs' ids."""
+    ids = []
+    while not worker._inbox.empty():
+        job, item = worker._inbox.get_nowait()
+        with worker._lock:
+            worker._executing -= 1
+            worker.pool.ended(job.queue)
+            item.context.finished = True
+            worker.completer.hand_over(outcome_of(job), item.started)
+        ids.append(job.id)
+    return ids
+
+
+def _retry(job) -> Outcome:
+    """It failed, to be retried without delay."""
+    return Outcome(
         job_id=job.id, attempt=job.attempt, kind=OutcomeKind.RETRY,
         max_attempts=job.max_attempts, attempts_charged=job.attempts_charged, delay=0.0,
         error={"type": "ValueError", "message": "again", "traceback": None},
     )  # fmt: skip
-    with worker._lock:
-        worker._executing -= 1
-        worker.pool.ended(job.queue)
-        item.context.finished = True
-        worker.completer.hand_over(failure, item.started)
+
+
+def _success(job) -> Outcome:
+    return Outcome(
+        job_id=job.id, attempt=job.attempt, kind=OutcomeKind.SUCCEEDED,
+        max_attempts=job.max_attempts, result_json="3",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("pool", ["threads", "processes"])
@@ -196,7 +211,7 @@ def test_a_job_its_pass_wrote_back_is_claimed_by_that_pass_or_the_next_at_once(p
     if worker.processes is not None:
         worker.processes.ready.set()  # no children in this test: the slots' work is done here
     assert worker._tick() == 1
-    _hand_over_a_retry(worker)
+    _hand_over(worker, _retry)
     worker.wake.clear()
 
     claimed = worker._tick()
@@ -208,6 +223,259 @@ def test_a_job_its_pass_wrote_back_is_claimed_by_that_pass_or_the_next_at_once(p
         assert (claimed, worker.wake.is_set()) == (0, True)
         assert worker._tick() == 1
     assert (fresh(job).status, fresh(job).attempt) == (Status.RUNNING, 2)
+
+
+# --- one pass, one transaction -----------------------------------------------------------
+
+
+class Transactions:
+    """What one connection sends: each statement, and whether it ran inside a transaction
+    (otherwise it was a transaction of its own), and how many transactions committed."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, bool]] = []
+        self.commits = 0
+
+    def __call__(self, execute, sql, params, many, context):  # an execute_wrapper
+        self.statements.append((sql, context["connection"].in_atomic_block))
+        return execute(sql, params, many, context)
+
+    @property
+    def count(self) -> int:
+        # SQLite's BEGIN IMMEDIATE comes through here too: it opens the transaction counted
+        # by its commit.
+        alone = [sql for sql, inside in self.statements if not inside and sql != "BEGIN IMMEDIATE"]
+        return self.commits + len(alone)
+
+
+@pytest.fixture
+def transactions(monkeypatch) -> Transactions:
+    seen = Transactions()
+    commit = connection.commit
+
+    def counted() -> None:
+        seen.commits += 1
+        commit()
+
+    monkeypatch.setattr(connection, "commit", counted)
+    return seen
+
+
+def test_a_pass_writes_its_outcomes_and_claims_the_next_jobs_in_one_transaction(
+    transactions, monkeypatch
+):
+    """However many outcomes a pass writes and jobs it claims: one transaction, one commit.
+    The write comes first (the lock order: workflow rows, then jobs), the claim after it.
+    (A process pool claims first, each on its own: see the test above.)"""
+    first = [add.enqueue(i, 1) for i in range(3)]
+    worker = Worker(concurrency=3, poll_interval=3600)
+    monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)  # its own transactions
+    assert worker._tick() == 3
+    assert sorted(_hand_over(worker, _success)) == sorted(job.pk for job in first)
+    following = [add.enqueue(i, 2) for i in range(3)]
+    transactions.statements.clear()
+    transactions.commits = 0
+
+    with connection.execute_wrapper(transactions):
+        claimed = worker._tick()
+
+    assert claimed == 3
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert {fresh(job).status for job in following} == {Status.RUNNING}
+    assert transactions.count == 1, transactions.statements
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
+
+
+def _an_outcome_to_write_and_a_job_to_claim(concurrency: int = 1) -> tuple[Worker, Job, Job]:
+    """A worker whose last pass claimed a job that has succeeded since (its outcome handed
+    over, not written yet), and another job ready."""
+    first = add.enqueue(1, 1)
+    worker = Worker(concurrency=concurrency, poll_interval=3600)
+    assert worker._tick() == 1
+    _hand_over(worker, _success)
+    return worker, first, add.enqueue(2, 2)
+
+
+def _the_next_pass_writes_and_claims(worker: Worker, first: Job, following: Job) -> None:
+    worker._error_backoff = 0.0
+
+    assert worker._tick() == 1
+
+    assert fresh(first).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).attempt) == (Status.RUNNING, 1)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
+def test_a_pass_whose_claim_fails_with_the_connection_keeps_its_outcomes_and_starts_nothing(
+    monkeypatch,
+):
+    """The claim runs in the write's transaction: a lost connection rolls both back. Nothing
+    is lost: the outcomes wait for the next pass, the rows it claimed are ready again, and no
+    job starts on a claim that did not commit."""
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    claim = worker.claimer.claim
+
+    def claim_then_lose_the_connection(queues, limit):
+        jobs = claim(queues, limit)
+        assert jobs  # claimed in the pass's transaction ...
+        raise OperationalError("server closed the connection unexpectedly")  # ... then lost
+
+    monkeypatch.setattr(worker.claimer, "claim", claim_then_lose_the_connection)
+
+    assert worker._tick() == 0
+
+    assert (fresh(first).status, fresh(first).lease_owner) == (Status.RUNNING, worker.id)
+    assert (fresh(following).status, fresh(following).attempt) == (Status.READY, 0)
+    assert worker.completer.pending == 1 and worker._inbox.empty()
+    assert worker._connection_lost and worker.claimed_count == 1
+    monkeypatch.undo()
+
+    _the_next_pass_writes_and_claims(worker, first, following)
+
+
+@pytest.mark.postgres_only  # pg_terminate_backend: the server ends the pass's session
+def test_a_pass_whose_session_the_server_ends_before_its_claim_loses_nothing(monkeypatch):
+    """The server ends the control connection's session after the pass wrote its outcomes and
+    before it claims: nothing of the transaction was kept, so the outcomes are written by the
+    next pass, and the job is claimed then."""
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    claim = worker.claimer.claim
+    ended = []
+
+    def end_the_session_then_claim(queues, limit):
+        if not ended:
+            ended.append(connection.connection.info.backend_pid)
+            terminator = threading.Thread(target=_terminate, args=(ended[0],))
+            terminator.start()
+            terminator.join()
+        return claim(queues, limit)
+
+    monkeypatch.setattr(worker.claimer, "claim", end_the_session_then_claim)
+
+    assert worker._tick() == 0
+
+    assert ended and worker._connection_lost
+    assert (fresh(first).status, fresh(first).lease_owner) == (Status.RUNNING, worker.id)
+    assert fresh(following).status == Status.READY
+    assert worker.completer.pending == 1 and worker._inbox.empty()
+
+    _the_next_pass_writes_and_claims(worker, first, following)
+
+
+def _terminate(pid: int) -> None:
+    """From a session of its own (this thread's), end session ``pid`` as a restart would."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        connection.close()
+
+
+def test_a_claim_that_fails_after_another_took_jobs_never_rolls_back_the_pass_unseen():
+    """A pass's second claim (the flow claim after the plain one) fails after the first took
+    jobs; the claimer lets it through, so that those jobs run. On PostgreSQL the failed
+    statement has ended the pass's transaction, whose COMMIT would then roll back the
+    outcomes' write unseen: the pass writes apart instead, then claims, and nothing is lost."""
+    # Two slots for one ready job: the plain claim comes short, so the flow claim runs.
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim(concurrency=2)
+    worker.claimer.uses_flow = True
+    worker.claimer._flow_first = True  # the next claim takes turns: the plain claim first
+
+    failed = []
+
+    def a_statement_fails(queues, limit):  # once
+        if failed:
+            return []
+        failed.append(limit)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table_of_flow_claims")
+
+    worker.claimer.flow.claim = a_statement_fails
+
+    assert worker._tick() == 1
+
+    assert failed
+    assert fresh(first).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).lease_owner) == (Status.RUNNING, worker.id)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
+def test_a_pass_inside_a_callers_transaction_hands_its_jobs_over_at_once():
+    """The jobs a pass claims start when its own transaction is over, not when an enclosing
+    one commits (a test's): claimed inside a caller's transaction, they are handed over as
+    the claim returns, as before passes had a transaction."""
+    worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    with transaction.atomic():
+        assert worker._tick() == 1  # writes and claims: a savepoint of the caller's
+        assert worker._inbox.qsize() == 1 and worker.claimed_count == 2
+        third = add.enqueue(3, 3)
+        worker.concurrency = 2  # a free slot, and nothing to write: a claim alone
+        worker._poll_now = True
+        assert worker._tick() == 1
+        assert worker._inbox.qsize() == 2 and worker.claimed_count == 3
+    assert fresh(first).status == Status.SUCCEEDED
+    assert {fresh(following).status, fresh(third).status} == {Status.RUNNING}
+
+
+def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claims(monkeypatch):
+    """A value the database refuses ends the pass's transaction: the pass writes the outcomes
+    one by one (the refused one replaced by a failure that says why), then claims."""
+    bad, good = add.enqueue(1, 1), add.enqueue(2, 2)
+    worker = Worker(concurrency=2, poll_interval=3600)
+    assert worker._tick() == 2
+    _hand_over(worker, _success)
+    following = add.enqueue(3, 3)
+    record_many = worker.driver.record_many
+
+    def refusing(owner, outcomes, **kwargs):
+        if any(outcome.job_id == bad.pk and outcome.kind == OutcomeKind.SUCCEEDED
+               for outcome in outcomes):  # fmt: skip
+            raise DataError("value out of range")  # what the database says to a bad value
+        return record_many(owner, outcomes, **kwargs)
+
+    monkeypatch.setattr(worker.driver, "record_many", refusing)
+
+    assert worker._tick() == 1
+
+    assert fresh(good).status == Status.SUCCEEDED
+    assert fresh(bad).status in (Status.FAILED, Status.READY, Status.SCHEDULED)
+    assert fresh(bad).errors  # the refusal, said
+    assert fresh(following).status == Status.RUNNING
+    assert worker.completer.pending == 0
+
+
+def test_a_burst_ends_with_the_pass_that_writes_its_last_outcome():
+    """The jobs whose outcomes a pass writes before it claims can put nothing back after it:
+    a burst worker whose pass wrote the last outcome and claimed nothing is done."""
+    add.enqueue(1, 1)
+    worker = Worker(concurrency=1, burst=True, poll_interval=3600)
+    assert worker._tick() == 1
+    _hand_over(worker, _success)
+
+    assert worker._tick() == 0
+
+    assert worker._finished_work(0)
+
+
+@pytest.mark.postgres_only  # row locks; SQLite locks the database, and writes wait for it
+def test_a_pass_whose_write_meets_a_locked_row_keeps_that_outcome_and_still_claims(hold_row):
+    """A row another session holds is skipped and its outcome kept for a later pass; the
+    other outcomes and the claim commit in the pass's transaction."""
+    locked, other = add.enqueue(1, 1), add.enqueue(2, 2)
+    worker = Worker(concurrency=2, poll_interval=3600)
+    assert worker._tick() == 2
+    _hand_over(worker, _success)
+    following = add.enqueue(3, 3)
+    release = hold_row(locked.pk)
+
+    assert worker._tick() == 1
+
+    assert fresh(other).status == Status.SUCCEEDED
+    assert fresh(following).status == Status.RUNNING
+    assert worker.completer.pending == 1  # the locked job's, for a later pass
+    release.set()
+    wait_until(lambda: worker._tick() >= 0 and fresh(locked).status == Status.SUCCEEDED,
+               timeout=10, message="the kept outcome")  # fmt: skip
 
 
 # --- retries, backoff and the dead-letter queue -------------------------------------------
