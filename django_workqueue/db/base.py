@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import json
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -367,6 +369,9 @@ class Expired:
     queue: str
     owner_gone: bool = False
     """Reaped because its worker is gone (liveness), not because the lease ran out."""
+    began: bool = True
+    """Whether its body may have begun: False for a job claimed ahead into its worker's
+    buffer that no slot took as far as the database knows (``Driver.claim(ahead=True)``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -481,10 +486,38 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
-        first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
+        first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1).
+
+        ``ahead``: a claim into the worker's local buffer, beyond its free slots. Only jobs
+        never claimed before (``attempt = 0``) are taken, and they are marked
+        ``claimed_ahead`` (not begun) until ``began`` says a slot took them: a job that never
+        began goes back uncharged if its worker dies, and a job that killed its worker before
+        the database learned it began is never claimed ahead again, so its next crash is
+        charged (a poison pill still ends in the dead-letter queue)."""
+
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> int:
+        """Jobs ``(id, attempt)`` claimed ahead by ``owner`` that a slot took: no longer
+        ``claimed_ahead``, started now. Fenced like every worker write; returns the rows
+        written (a row reaped meanwhile is left alone)."""
+        if not leases:
+            return 0
+        fence = functools.reduce(
+            operator.or_, (Q(id=pk, attempt=attempt) for pk, attempt in leases)
+        )
+        return (
+            Job.objects.using(self.alias)
+            .filter(fence, lease_owner=owner, status=Status.RUNNING, claimed_ahead=True)
+            .update(claimed_ahead=False, started_at=Now())
+        )
 
     def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
         """Up to ``limit`` flow keys with ready jobs in the unpaused
@@ -795,16 +828,16 @@ class Driver(abc.ABC):
             .annotate(owner_gone=owner_gone)
             .values_list(
                 "id", "attempt", "max_attempts", "attempts_charged", "crashes_charged",
-                "lease_owner", "queue", "owner_gone",
+                "lease_owner", "queue", "owner_gone", "claimed_ahead",
             )[:limit]
         )  # fmt: skip
         return [
             Expired(
                 id=pk, attempt=attempt, max_attempts=budget, attempts_charged=charged,
                 crashes_charged=crashes, owner=owner or "", queue=queue,
-                owner_gone=bool(owner_gone),
+                owner_gone=bool(owner_gone), began=not ahead,
             )
-            for pk, attempt, budget, charged, crashes, owner, queue, owner_gone in rows
+            for pk, attempt, budget, charged, crashes, owner, queue, owner_gone, ahead in rows
         ]  # fmt: skip
 
     # --- liveness -----------------------------------------------------------------------------

@@ -197,8 +197,12 @@ _RETURNING = (
 # shape of ``ClaimedJob``'s parameters: the attempt starts now.
 _LEASE = (
     f"status = 'running', attempt = j.attempt + 1, lease_owner = %(owner)s, started_at = {NOW}, "
-    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second'"
+    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second', claimed_ahead = false"
 )
+# A claim into the worker's local buffer (``claim(ahead=True)``): leased alike, marked not begun.
+_LEASE_AHEAD = _LEASE.replace("claimed_ahead = false", "claimed_ahead = true")
+# Only a job never claimed before is claimed ahead (see ``Driver.claim``).
+_NEVER_CLAIMED = "AND attempt = 0 "
 _CLAIMED = (
     f"{', '.join('j.' + c for c in _RETURNING.split(', '))}, j.deadline < {NOW}, "
     f"jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, j.input_shape::text"
@@ -419,7 +423,13 @@ class PostgresDriver(Driver):
         return rows
 
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         # One LATERAL branch per queue, each walking the partial index wq_job_claim in order and
         # stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
@@ -435,10 +445,11 @@ class PostgresDriver(Driver):
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
             f"SELECT id, priority, run_after FROM {self.table} "
             f"WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name "
-            f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
+            f"AND run_after <= {NOW} {_NEVER_CLAIMED if ahead else ''}"
+            f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"UPDATE {self.table} AS j SET {_LEASE_AHEAD if ahead else _LEASE} "
             # `status || ''`: as in claim_flow, the picked rows by primary key only.
             f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
             f"RETURNING {_CLAIMED}"

@@ -71,8 +71,11 @@ _RETURNING = (
 # ``_claimed``): the attempt starts now.
 _LEASE = (
     f"status = 'running', attempt = attempt + 1, lease_owner = :owner, started_at = {NOW}, "
-    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds')"
+    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds'), "
+    f"claimed_ahead = 0"
 )
+# A claim into the worker's local buffer (``claim(ahead=True)``): leased alike, marked not begun.
+_LEASE_AHEAD = _LEASE.replace("claimed_ahead = 0", "claimed_ahead = 1")
 _CLAIMED = (
     f"{_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), workflow_id, "
     f"input_shape"
@@ -181,7 +184,13 @@ class SQLiteDriver(Driver):
         return None if row is None else row[0]
 
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         # One bounded subquery per queue, each walking wq_job_claim in order and stopping after
         # `limit` rows; one `queue IN (...)` scan would sort the whole ready set under the write
@@ -194,7 +203,7 @@ class SQLiteDriver(Driver):
         per_queue = [
             f"SELECT * FROM (SELECT id, priority, run_after FROM {self.table} "
             f"INDEXED BY wq_job_claim WHERE status = 'ready' AND flow_key IS NULL "
-            f"AND queue = :q{i} AND run_after <= {NOW} "
+            f"AND queue = :q{i} AND run_after <= {NOW} {'AND attempt = 0 ' if ahead else ''}"
             f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
             f"WHERE name = :q{i} AND paused_at IS NOT NULL) {order})"
             for i in range(len(queues))
@@ -205,7 +214,7 @@ class SQLiteDriver(Driver):
             else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
         )
         sql = (
-            f"UPDATE {self.table} SET {_LEASE} "
+            f"UPDATE {self.table} SET {_LEASE_AHEAD if ahead else _LEASE} "
             f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' RETURNING {_CLAIMED}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}

@@ -59,6 +59,7 @@ from ..models import Job
 from ..registry import find_task
 from ..states import Status
 from . import shutdown
+from .ahead import AheadBuffer
 from .batch import Batch, Batches
 from .completer import Completer
 from .processes import ChildLimits, ProcessPool
@@ -133,6 +134,10 @@ class Worker:
         )  # fmt: skip
         self.concurrency = self.pool.size
         self._slots = self.pool.threads
+        # WORKQUEUE["CLAIM_AHEAD"]: jobs claimed beyond the free slots (ahead.py). Per-queue
+        # budgets count the jobs handed to slots by queue: a buffer shared by every slot
+        # would run past them, so a worker with per-queue slots never claims ahead.
+        self.ahead = AheadBuffer(0 if queue_slots else None)
         self._requested: int | None = None  # slots asked for by operations.scale_worker
         self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
         self.backpressure = Backpressure.from_settings(self.id)
@@ -434,13 +439,18 @@ class Worker:
             running_before = len(self._running)
             executing = self._executing
         free = self.concurrency - executing
+        self._drained = False
+        # Buffered jobs first (ahead.py): slots that are free take them, written as begun in
+        # the same step as those slots took themselves since the last pass.
+        free -= self._hand_out_ahead(0 if self.stopping.is_set() else free)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
-        self._drained = False
+        room = self.ahead.room(self.concurrency) if self.ahead.enabled else 0
         # A stop (SIGTERM) may arrive in the middle of a pass: claim nothing after it, or the job
         # would start only to be released at the end of the grace and run again elsewhere.
-        if free <= 0 or self.stopping.is_set():
+        if (free <= 0 and room <= 0) or self.stopping.is_set():
             return 0
+        free = max(free, 0)  # every slot busy: only the buffer claims
         if self.processes is not None and not self.processes.ready.is_set():
             return 0  # the children are still importing the project
         if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
@@ -451,17 +461,20 @@ class Worker:
         self._claim_deadline = math.inf
         self._last_poll = time.monotonic()
         self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
-        batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
+        # First: a due batch has waited out its batch_wait.
+        batched = self.batches.fill(free) if free else 0
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
         self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         self._last_fill = (free, len(jobs) + batched)
+        ahead = self._claim_ahead(room, full=len(jobs) >= free - batched)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = (
-            not jobs and running_before == 0 and self.batches.idle and not self.claimer.held
-        )
+            not jobs and not ahead and running_before == 0 and self.batches.idle
+            and not self.claimer.held
+        )  # fmt: skip
         # A burst worker promotes for itself, maintainer or not: it must not exit while jobs
         # are due.
         if self._drained and self.burst and self.maintainer.promoter.run_once():
@@ -470,29 +483,76 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             for job in jobs:
-                context = JobContext(
-                    job, owner=self.id, driver=self.driver, on_progress=self._on_progress
-                )
-                task = find_task(job.task_name)
-                stale = self._running.get(job.id)
-                if stale is not None:  # reaped, then claimed again while its body runs here
-                    stale.context.abort(AbortReason.LEASE_LOST)
-                self._running[job.id] = RunningJob(
-                    context,
-                    started=now,
-                    timeout=task.spec.timeout if task else None,
-                    is_async=bool(task and task.spec.is_async),
-                )
+                self._lease(job, now)
                 self._executing += 1
                 self.pool.began(job.queue)
+            buffered = [(job, self._lease(job, now)) for job in ahead]
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
-        if jobs:
-            self.claimed_count += len(jobs)
+        self.ahead.put(buffered)
+        if jobs or ahead:
+            self.claimed_count += len(jobs) + len(ahead)
             with self._lock:
                 self.leases.schedule(self._running, now)
-                self.backpressure.count_claimed(now, len(jobs))
+                self.backpressure.count_claimed(now, len(jobs) + len(ahead))
         return len(jobs) + batched
+
+    def _lease(self, job: ClaimedJob, now: float) -> RunningJob:
+        """Hold ``job`` as this worker's (under the lock): its lease is renewed from now on."""
+        context = JobContext(job, owner=self.id, driver=self.driver, on_progress=self._on_progress)
+        task = find_task(job.task_name)
+        stale = self._running.get(job.id)
+        if stale is not None:  # reaped, then claimed again while its body runs here
+            stale.context.abort(AbortReason.LEASE_LOST)
+        item = self._running[job.id] = RunningJob(
+            context,
+            started=now,
+            timeout=task.spec.timeout if task else None,
+            is_async=bool(task and task.spec.is_async),
+        )
+        return item
+
+    def _claim_ahead(self, room: int, *, full: bool) -> list[ClaimedJob]:
+        """Plain jobs never claimed before, beyond the free slots, up to the buffer's
+        ``room`` (ahead.py); only when the claim for the free slots came back full: there is
+        more work than slots."""
+        if not full:
+            return []
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.claimed_count - self._last_fill[1])
+        if room <= 0:
+            return []
+        try:
+            return self.driver.claim(self.queues, room, self.id, ahead=True)
+        except Exception:
+            if not self._last_fill[1]:
+                raise
+            # The jobs claimed for the free slots are leased to this worker: run them.
+            logger.exception("worker %s: the claim ahead failed; running the jobs claimed "
+                             "for the free slots", self.id)  # fmt: skip
+            return []
+
+    def _hand_out_ahead(self, free: int) -> int:
+        """Hand up to ``free`` buffered jobs to the free slots, once the database knows that
+        they, and those slots took since the last pass, began (``Driver.began``)."""
+        handed = self.ahead.hand_out(free)
+        taken = self.ahead.taken()
+        if taken:
+            try:
+                self.driver.began(self.id, taken)
+            except Exception:
+                self.ahead.put_back(handed, taken)  # the later pass writes those slots took
+                raise
+        if handed:
+            now = time.monotonic()
+            with self._lock:
+                for job, item in handed:
+                    self._executing += 1
+                    self.pool.began(job.queue)
+                    item.started = now  # its timeout runs from now
+            for handed_job in handed:
+                self._inbox.put(handed_job)
+        return len(handed)
 
     def _scale(self) -> None:
         before = self.concurrency
@@ -589,7 +649,7 @@ class Worker:
         generation = self._db_generation
         child = self.processes.slot(self) if self.processes is not None else None
         while True:
-            handed = self._inbox.get()
+            handed = self._take()
             if handed is None:
                 if not self.pool.retire():  # meant for a slot that a later grow kept
                     continue
@@ -640,6 +700,21 @@ class Worker:
                 # that flushes, and this outcome was handed over before the look.
                 if not self.wake.is_set():
                     self.wake.set()
+
+    def _take(self) -> tuple[ClaimedJob, RunningJob] | Batch | None:
+        """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
+        control thread hands over, waiting for it."""
+        if self.ahead.enabled and not self.stopping.is_set():
+            with self._lock:
+                handed = self.ahead.take()
+                if handed is not None:
+                    self._executing += 1
+                    self.pool.began(handed[0].queue)
+            if handed is not None:
+                handed[1].started = time.monotonic()  # its timeout runs from now
+                self.wake.set()  # the next pass writes that it began
+                return handed
+        return self._inbox.get()
 
     def _ensure_loop(self) -> None:
         with self._lock:
