@@ -18,10 +18,11 @@ later. Jobs the control thread moves from the buffer to free slots are written a
 a slot gets them.
 
 The bound: at most ``ceil(CLAIM_AHEAD * slots)`` jobs wait here, and a pass claims ahead only
-when its claim for the free slots came back full (there is more work than slots), so an idle
-fleet's workers each take what they can run and a slow worker holds at most its bound of
-jobs the others could have run. At shutdown the buffer closes at once and its jobs go back
-uncharged (``shutdown.py``).
+when there is more work than slots: its claim for the free slots came back full, or, with
+every slot busy, its last claim ahead did. So a job enqueued into a quiet queue goes to a
+worker with a free slot, not into the buffer of a busy one, and a slow worker holds at most
+its bound of jobs the others could have run. At shutdown the buffer closes at once and its
+jobs go back uncharged (``shutdown.py``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class AheadBuffer:
         self._taken: list[tuple[int, int]] = []  # (id, attempt): began, not yet written
         self._lock = threading.Lock()
         self.closed = False
+        self.total = 0
+        """How many jobs were claimed ahead since the worker started."""
 
     @property
     def enabled(self) -> bool:
@@ -80,6 +83,7 @@ class AheadBuffer:
     def put(self, handed: list[Handed]) -> None:
         with self._lock:
             self._jobs.extend(handed)
+            self.total += len(handed)
 
     def take(self) -> Handed | None:
         """The next buffered job, for a slot that is free now; it counts as begun."""
@@ -89,14 +93,6 @@ class AheadBuffer:
             handed = self._jobs.popleft()
             self._taken.append((handed[0].id, handed[0].attempt))
             return handed
-
-    def hand_out(self, count: int) -> list[Handed]:
-        """Up to ``count`` buffered jobs for free slots (the control thread); they count as
-        begun, and are written so (``taken``) before the slots get them."""
-        handed: list[Handed] = []
-        while len(handed) < count and (item := self.take()) is not None:
-            handed.append(item)
-        return handed
 
     def taken(self) -> list[tuple[int, int]]:
         """The jobs taken since the last call, for ``Driver.began``; ``put_back`` if that

@@ -138,6 +138,7 @@ class Worker:
         # budgets count the jobs handed to slots by queue: a buffer shared by every slot
         # would run past them, so a worker with per-queue slots never claims ahead.
         self.ahead = AheadBuffer(0 if queue_slots else None)
+        self._backlog = False  # the last claim took all it asked for: more may be waiting
         self._requested: int | None = None  # slots asked for by operations.scale_worker
         self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
         self.backpressure = Backpressure.from_settings(self.id)
@@ -468,7 +469,9 @@ class Worker:
         self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         self._last_fill = (free, len(jobs) + batched)
-        ahead = self._claim_ahead(room, full=len(jobs) >= free - batched)
+        # With every slot busy no claim for free slots says whether work is waiting: the last
+        # claim ahead does. A busy worker does not take a job an idle one is there to run.
+        ahead = self._claim_ahead(room, full=len(jobs) >= free - batched if free else self._backlog)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = (
@@ -515,7 +518,8 @@ class Worker:
     def _claim_ahead(self, room: int, *, full: bool) -> list[ClaimedJob]:
         """Plain jobs never claimed before, beyond the free slots, up to the buffer's
         ``room`` (ahead.py); only when the claim for the free slots came back full: there is
-        more work than slots."""
+        more work than slots (``full``)."""
+        self._backlog = full
         if not full:
             return []
         if self.max_jobs is not None:
@@ -523,7 +527,9 @@ class Worker:
         if room <= 0:
             return []
         try:
-            return self.driver.claim(self.queues, room, self.id, ahead=True)
+            ahead = self.driver.claim(self.queues, room, self.id, ahead=True)
+            self._backlog = len(ahead) >= room
+            return ahead
         except Exception:
             if not self._last_fill[1]:
                 raise
@@ -535,7 +541,10 @@ class Worker:
     def _hand_out_ahead(self, free: int) -> int:
         """Hand up to ``free`` buffered jobs to the free slots, once the database knows that
         they, and those slots took since the last pass, began (``Driver.began``)."""
-        handed = self.ahead.hand_out(free)
+        handed: list[tuple[ClaimedJob, RunningJob]] = []
+        with self._lock:
+            while len(handed) < free and (next_job := self._take_ahead()) is not None:
+                handed.append(next_job)
         taken = self.ahead.taken()
         if taken:
             try:
@@ -706,7 +715,7 @@ class Worker:
         control thread hands over, waiting for it."""
         if self.ahead.enabled and not self.stopping.is_set():
             with self._lock:
-                handed = self.ahead.take()
+                handed = self._take_ahead()
                 if handed is not None:
                     self._executing += 1
                     self.pool.began(handed[0].queue)
@@ -715,6 +724,19 @@ class Worker:
                 self.wake.set()  # the next pass writes that it began
                 return handed
         return self._inbox.get()
+
+    def _take_ahead(self) -> tuple[ClaimedJob, RunningJob] | None:
+        """The next buffered job still leased to this worker (under the lock). One whose
+        lease was lost while it waited (reaped, uncharged, and maybe claimed elsewhere) is
+        forgotten, not run."""
+        while (handed := self.ahead.take()) is not None:
+            job, item = handed
+            if not item.context.lease_lost:
+                return handed
+            if self._running.get(job.id) is item:
+                del self._running[job.id]
+            logger.warning("job %s: its lease was lost while it waited for a slot; not run", job.id)
+        return None
 
     def _ensure_loop(self) -> None:
         with self._lock:

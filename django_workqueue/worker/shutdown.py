@@ -106,6 +106,12 @@ def release_buffered(worker: Worker) -> None:
     never began: ``worker/ahead.py``), and forget them; a release that fails leaves them to
     their lease, and the reaper gives them back uncharged too."""
     buffered = worker.ahead.close()
+    taken = worker.ahead.taken()
+    if taken:  # bodies that began since the last pass: a crash during the grace is charged
+        try:
+            worker.driver.began(worker.id, taken)
+        except Exception as exc:
+            logger.warning("worker %s: could not write which jobs began: %s", worker.id, exc)
     if not buffered:
         return
     with worker._lock:

@@ -17,7 +17,8 @@ from django_workqueue.maintenance import reaper
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.tasks import crash, sleep_for
-from tests.support.processes import RunworkerProcess, StartWorker, wait_for
+from tests.support.database import fresh
+from tests.support.processes import RunworkerProcess, StartWorker, restart_until, wait_for
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -54,11 +55,12 @@ def _full_buffer(worker: RunworkerProcess, tmp_path: Path, jobs: list[Job]) -> t
     return wait_for(full, alive=[worker], message="two jobs running and two buffered")
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_sigkill_with_a_full_buffer_charges_only_the_jobs_that_began(
-    start_worker: StartWorker, tmp_path: Path
+    start_worker: StartWorker, tmp_path: Path, pool: str
 ) -> None:
     jobs = _enqueue_sleepers(tmp_path, 3 * SLOTS)
-    a = start_worker("--concurrency", str(SLOTS), name="a", env=AHEAD)
+    a = start_worker("--concurrency", str(SLOTS), "--pool", pool, name="a", env=AHEAD)
     began, buffered = _full_buffer(a, tmp_path, jobs)
     # The bound: never more than SLOTS buffered, the rest left for other workers.
     assert Job.objects.filter(status=Status.READY).count() == SLOTS
@@ -120,21 +122,12 @@ def test_a_poison_pill_taken_from_the_buffer_still_ends_in_the_dead_letter_queue
     crashes are charged and it ends ``failed`` (``crash``: max_attempts=3, lease 1 s)."""
     sleep_for.enqueue(seconds=0.5)
     pill = crash.enqueue()
-    crashed: list[RunworkerProcess] = []
-    current = start_worker("--concurrency", "1", name="w0", env=AHEAD)
-
-    def supervise() -> bool:
-        nonlocal current
-        pill.refresh_from_db()
-        if pill.status == Status.FAILED:
-            return True
-        if not current.alive:
-            crashed.append(current)
-            assert len(crashed) <= 4, f"the pill kept crashing workers: {crashed}"
-            current = start_worker("--concurrency", "1", name=f"w{len(crashed)}", env=AHEAD)
-        return False
-
-    wait_until(supervise, timeout=90, message="the poison pill to end failed")
+    crashed, current = restart_until(
+        lambda: fresh(pill).status == Status.FAILED,
+        lambda n: start_worker("--concurrency", "1", name=f"w{n}", env=AHEAD),
+        most=4, timeout=90, message="the poison pill to end failed",
+    )  # fmt: skip
+    pill.refresh_from_db()
     assert (pill.crashes_charged, pill.attempts_charged) == (3, 0)
     # One death at most went uncharged: the one taken from the buffer.
     assert pill.attempt in (3, 4)
