@@ -489,7 +489,8 @@ class Worker:
                 self._lease(job, now)
                 self._executing += 1
                 self.pool.began(job.queue)
-            buffered = [(job, self._lease(job, now)) for job in ahead]
+            # A buffered job's timeout runs from its take (math.inf: not yet, as processes.py).
+            buffered = [(job, self._lease(job, math.inf)) for job in ahead]
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
         self.ahead.put(buffered)

@@ -6,6 +6,7 @@ databases; the worker's side with real processes is in tests/acceptance/test_cla
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -164,3 +165,16 @@ def test_a_worker_that_saw_a_backlog_keeps_its_buffer_full_with_every_slot_busy(
         _pass(worker)  # ...and the next pass refills the buffer
 
     assert fresh(late).status == Status.RUNNING and fresh(late).claimed_ahead
+
+
+def test_a_buffered_jobs_timeout_runs_from_its_take_not_from_its_claim():
+    JobFactory.create_batch(2, task_name="testproject.testapp.tasks.times_out")  # timeout 0.3 s
+    with workqueue_settings(CLAIM_AHEAD=1):
+        worker = Worker(concurrency=1)
+        _pass(worker)
+    (buffered, item), = list(worker.ahead._jobs)  # fmt: skip
+
+    worker._check_timeouts(dict(worker._running), time.monotonic() + 60)
+
+    assert item.context.abort_reason is None  # still waiting for a slot: not timed out
+    assert worker._running[next(iter(set(worker._running) - {buffered.id}))].context.timed_out
