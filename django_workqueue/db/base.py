@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import json
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -504,20 +502,12 @@ class Driver(abc.ABC):
         the database learned it began is never claimed ahead again, so its next crash is
         charged (a poison pill still ends in the dead-letter queue)."""
 
-    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> int:
+    @abc.abstractmethod
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
         """Jobs ``(id, attempt)`` claimed ahead by ``owner`` that a slot took: no longer
-        ``claimed_ahead``, started now. Fenced like every worker write; returns the rows
-        written (a row reaped meanwhile is left alone)."""
-        if not leases:
-            return 0
-        fence = functools.reduce(
-            operator.or_, (Q(id=pk, attempt=attempt) for pk, attempt in leases)
-        )
-        return (
-            Job.objects.using(self.alias)
-            .filter(fence, lease_owner=owner, status=Status.RUNNING, claimed_ahead=True)
-            .update(claimed_ahead=False, started_at=Now())
-        )
+        ``claimed_ahead``, started now. Fenced like every worker write, and never waiting for
+        a row another session holds (db/locking.py: such a row is skipped, and the caller
+        tries it again on its next pass). Returns the ids written."""
 
     def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
         """Up to ``limit`` flow keys with ready jobs in the unpaused

@@ -634,6 +634,29 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+        if not leases:
+            return set()
+        # As renew_leases: only rows nobody else has locked (SKIP LOCKED); one a session holds
+        # keeps its mark until the caller's next pass.
+        sql = (
+            f"WITH free AS MATERIALIZED (SELECT id FROM {self.table} "
+            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND claimed_ahead "
+            f"  AND (id, attempt) IN "
+            f"  (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[])) "
+            f"  ORDER BY id FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {self.table} AS j SET claimed_ahead = false, started_at = {CLOCK} "
+            f"FROM free WHERE j.id = free.id RETURNING j.id"
+        )
+        params: dict[str, Any] = {
+            "owner": owner,
+            "ids": [job_id for job_id, _ in leases],
+            "attempts": [attempt for _, attempt in leases],
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id for (job_id,) in cursor.fetchall()}
+
     def renew_leases(
         self, owner: str, leases: Sequence[tuple[int, int]]
     ) -> tuple[dict[int, bool], set[int]]:

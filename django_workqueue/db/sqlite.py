@@ -413,6 +413,24 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+        # No row locks: the statement waits for the write lock, so no row is ever skipped.
+        if not leases:
+            return set()
+        pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+        sql = (
+            f"UPDATE {self.table} SET claimed_ahead = 0, started_at = {_CLOCK} "
+            f"WHERE status = 'running' AND lease_owner = :owner AND claimed_ahead "
+            f"AND (id, attempt) IN (VALUES {pairs}) RETURNING id"
+        )
+        params: dict[str, Any] = {"owner": owner}
+        for n, (job_id, attempt) in enumerate(leases):
+            params[f"i{n}"] = job_id
+            params[f"a{n}"] = attempt
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id for (job_id,) in cursor.fetchall()}
+
     def renew_leases(
         self, owner: str, leases: Sequence[tuple[int, int]]
     ) -> tuple[dict[int, bool], set[int]]:

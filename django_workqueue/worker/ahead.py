@@ -10,7 +10,8 @@ nothing); any other job of the worker is a crash.
 
 The window: a slot takes a buffered job and begins its body at once; the database learns
 it began on the control thread's next pass (``Driver.began``, one statement for every job
-taken since the last pass; a slot taking a job wakes that pass). A worker that dies in
+taken since the last pass; a slot taking a job wakes that pass; a row another session holds
+is skipped and written on a later pass). A worker that dies in
 between hands such a job back uncharged although its body began. That happens to a job at
 most once: it is then no longer a never-claimed job, so it is never claimed ahead again, and
 its next crash is charged — a poison pill still ends in the dead-letter queue, one death

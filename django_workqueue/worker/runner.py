@@ -549,10 +549,19 @@ class Worker:
         taken = self.ahead.taken()
         if taken:
             try:
-                self.driver.began(self.id, taken)
+                written = self.driver.began(self.id, taken)
             except Exception:
                 self.ahead.put_back(handed, taken)  # the later pass writes those slots took
                 raise
+            # A row another session holds was skipped: the next pass tries it again while the
+            # job is still this worker's (its outcome written, or its lease lost: forgotten).
+            with self._lock:
+                again = [
+                    (pk, attempt) for pk, attempt in taken if pk not in written
+                    and (item := self._running.get(pk)) is not None
+                    and item.context.attempt == attempt and not item.context.lease_lost
+                ]  # fmt: skip
+            self.ahead.put_back([], again)
         if handed:
             now = time.monotonic()
             with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from unittest import mock
 
 import pytest
 
@@ -60,10 +61,10 @@ def test_began_clears_the_mark_of_the_owners_attempt_only():
         OWNER, [(ours.pk, 1), (other_attempt.pk, 1), (other_owner.pk, 1)]
     )
 
-    assert written == 1
+    assert written == {ours.pk}
     assert not fresh(ours).claimed_ahead
     assert fresh(other_attempt).claimed_ahead and fresh(other_owner).claimed_ahead
-    assert driver_for("default").began(OWNER, []) == 0
+    assert driver_for("default").began(OWNER, []) == set()
 
 
 def test_the_reaper_gives_a_job_that_never_began_back_uncharged_and_charges_one_that_began():
@@ -178,3 +179,18 @@ def test_a_buffered_jobs_timeout_runs_from_its_take_not_from_its_claim():
 
     assert item.context.abort_reason is None  # still waiting for a slot: not timed out
     assert worker._running[next(iter(set(worker._running) - {buffered.id}))].context.timed_out
+
+
+def test_a_take_whose_row_was_locked_is_written_on_a_later_pass():
+    JobFactory.create_batch(2)
+    with workqueue_settings(CLAIM_AHEAD=1):
+        worker = Worker(concurrency=1)
+        _pass(worker)
+        (buffered, _), = list(worker.ahead._jobs)  # fmt: skip
+        worker.ahead.take()  # a slot took it
+        with mock.patch.object(worker.driver, "began", return_value=set()):
+            _pass(worker)  # its row was locked: skipped
+        assert Job.objects.get(pk=buffered.id).claimed_ahead
+        _pass(worker)
+
+    assert not Job.objects.get(pk=buffered.id).claimed_ahead
