@@ -542,6 +542,8 @@ class Worker:
     def _hand_out_ahead(self, free: int) -> int:
         """Hand up to ``free`` buffered jobs to the free slots, once the database knows that
         they, and those slots took since the last pass, began (``Driver.began``)."""
+        if not self.ahead.enabled:
+            return 0
         handed: list[tuple[ClaimedJob, RunningJob]] = []
         with self._lock:
             while len(handed) < free and (next_job := self._take_ahead()) is not None:

@@ -1,5 +1,8 @@
 """Graceful shutdown: let running jobs finish within the grace period, then give the rest back.
 
+First, at once, the jobs of the claim-ahead buffer (``ahead.py``) that no slot took: they
+never began, so they go back to ready uncharged before the grace period starts.
+
 Past the grace period, unfinished jobs are released to ready, uncharged and in their place
 (``OutcomeKind.RELEASE``), and their bodies are told to stop (``AbortReason.SHUTDOWN``). A body
 that returns just as it is released — after the release decision, before or during its write —
