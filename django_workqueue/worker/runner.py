@@ -466,7 +466,8 @@ class Worker:
         batched = self.batches.fill(free) if free else 0
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
-        self.claimer.begin_pass()
+        if free:  # a pass for the buffer alone keeps what the last claims found held back
+            self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         self._last_fill = (free, len(jobs) + batched)
         # With every slot busy no claim for free slots says whether work is waiting: the last
