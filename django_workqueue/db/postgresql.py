@@ -209,6 +209,18 @@ _CLAIMED = (
 )
 
 
+# A worker's leases (job id, attempt), given as two arrays (``_lease_params``).
+_LEASES = "(id, attempt) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))"
+
+
+def _lease_params(owner: str, leases: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    return {
+        "owner": owner,
+        "ids": [job_id for job_id, _ in leases],
+        "attempts": [attempt for _, attempt in leases],
+    }
+
+
 class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
@@ -642,17 +654,11 @@ class PostgresDriver(Driver):
         sql = (
             f"WITH free AS MATERIALIZED (SELECT id FROM {self.table} "
             f"  WHERE status = 'running' AND lease_owner = %(owner)s AND claimed_ahead "
-            f"  AND (id, attempt) IN "
-            f"  (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[])) "
-            f"  ORDER BY id FOR UPDATE SKIP LOCKED) "
+            f"  AND {_LEASES} ORDER BY id FOR UPDATE SKIP LOCKED) "
             f"UPDATE {self.table} AS j SET claimed_ahead = false, started_at = {CLOCK} "
             f"FROM free WHERE j.id = free.id RETURNING j.id"
         )
-        params: dict[str, Any] = {
-            "owner": owner,
-            "ids": [job_id for job_id, _ in leases],
-            "attempts": [attempt for _, attempt in leases],
-        }
+        params = _lease_params(owner, leases)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {job_id for (job_id,) in cursor.fetchall()}
@@ -669,8 +675,7 @@ class PostgresDriver(Driver):
         # worker's heartbeat.
         sql = (
             f"WITH held AS MATERIALIZED (SELECT id, cancel_requested_at FROM {self.table} "
-            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND (id, attempt) IN "
-            f"  (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))), "
+            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND {_LEASES}), "
             f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN held ON j.id = held.id "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED), "
             f"renewed AS (UPDATE {self.table} AS j "
@@ -680,11 +685,7 @@ class PostgresDriver(Driver):
             f"SELECT held.id, COALESCE(renewed.cancel_requested_at, held.cancel_requested_at) "
             f"  IS NOT NULL, renewed.id IS NULL FROM held LEFT JOIN renewed ON renewed.id = held.id"
         )
-        params: dict[str, Any] = {
-            "owner": owner,
-            "ids": [job_id for job_id, _ in leases],
-            "attempts": [attempt for _, attempt in leases],
-        }
+        params = _lease_params(owner, leases)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

@@ -82,6 +82,17 @@ _CLAIMED = (
 )
 
 
+def _leases(owner: str, leases: Sequence[tuple[int, int]]) -> tuple[str, dict[str, Any]]:
+    """``(id, attempt) IN (VALUES ...)`` over a worker's leases, and its parameters (with
+    ``:owner``)."""
+    pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+    params: dict[str, Any] = {"owner": owner}
+    for n, (job_id, attempt) in enumerate(leases):
+        params[f"i{n}"] = job_id
+        params[f"a{n}"] = attempt
+    return f"(id, attempt) IN (VALUES {pairs})", params
+
+
 class SQLiteDriver(Driver):
     vendor = "sqlite"
     supports_listen_notify = False
@@ -417,16 +428,12 @@ class SQLiteDriver(Driver):
         # No row locks: the statement waits for the write lock, so no row is ever skipped.
         if not leases:
             return set()
-        pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+        leased, params = _leases(owner, leases)
         sql = (
             f"UPDATE {self.table} SET claimed_ahead = 0, started_at = {_CLOCK} "
             f"WHERE status = 'running' AND lease_owner = :owner AND claimed_ahead "
-            f"AND (id, attempt) IN (VALUES {pairs}) RETURNING id"
+            f"AND {leased} RETURNING id"
         )
-        params: dict[str, Any] = {"owner": owner}
-        for n, (job_id, attempt) in enumerate(leases):
-            params[f"i{n}"] = job_id
-            params[f"a{n}"] = attempt
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {job_id for (job_id,) in cursor.fetchall()}
@@ -437,20 +444,15 @@ class SQLiteDriver(Driver):
         # No row locks: the statement waits for the write lock, so no row is ever skipped.
         if not leases:
             return {}, set()
-        pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+        leased, params = _leases(owner, leases)
         sql = (
             f"UPDATE {self.table} SET lease_expires_at = "
             f"strftime({_FORMAT}, 'now', '+' || lease_seconds || ' seconds') "
-            f"WHERE status = 'running' AND lease_owner = :owner "
-            f"AND (id, attempt) IN (VALUES {pairs}) "
+            f"WHERE status = 'running' AND lease_owner = :owner AND {leased} "
             # The column itself, not `cancel_requested_at IS NOT NULL`: SQLite 3.40 folds that
             # expression to true in a RETURNING clause, cancelling every renewed job.
             f"RETURNING id, cancel_requested_at"
         )
-        params: dict[str, Any] = {"owner": owner}
-        for n, (job_id, attempt) in enumerate(leases):
-            params[f"i{n}"] = job_id
-            params[f"a{n}"] = attempt
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}, set()

@@ -165,7 +165,7 @@ def test_killing_workers_with_full_buffers_loses_nothing_and_charges_only_begun_
         by_kind["buffered" if (pk, attempt) in supervisor.buffered else "begun"] += 1
     supervisor.stop_all()
     record(
-        "claim_ahead_kills", workers=WORKERS, slots=SLOTS, jobs=JOBS, kills=len(supervisor.kills),
-        seconds=round(elapsed, 2), orphans=dict(by_kind), begun_in_the_window=window,
-        reruns=report.duplicate_attempts,
+        "claim_ahead_kills", workers=WORKERS, slots=SLOTS, jobs=len(job_ids),
+        kills=len(supervisor.kills), seconds=round(elapsed, 2), orphans=dict(by_kind),
+        begun_in_the_window=window, reruns=report.duplicate_attempts,
     )  # fmt: skip
