@@ -11,12 +11,11 @@ nothing); any other job of the worker is a crash.
 The window: a slot takes a buffered job and begins its body at once; the database learns
 it began on the control thread's next pass (``Driver.began``, one statement for every job
 taken since the last pass; a slot taking a job wakes that pass; a row another session holds
-is skipped and written on a later pass). A worker that dies in
-between hands such a job back uncharged although its body began. That happens to a job at
-most once: it is then no longer a never-claimed job, so it is never claimed ahead again, and
-its next crash is charged — a poison pill still ends in the dead-letter queue, one death
-later. Jobs the control thread moves from the buffer to free slots are written as begun before
-a slot gets them.
+is skipped and written on a later pass). A worker that dies in between hands such a job back
+uncharged although its body began. That happens to a job at most once: it is then no longer
+a never-claimed job, so it is never claimed ahead again, and its next crash is charged — a
+poison pill still ends in the dead-letter queue, one death later. Jobs the control thread
+moves from the buffer to free slots are written as begun before a slot gets them.
 
 The bound: at most ``ceil(CLAIM_AHEAD * slots)`` jobs wait here, and a pass claims ahead only
 when there is more work than slots: its claim for the free slots came back full, or, with
@@ -103,8 +102,9 @@ class AheadBuffer:
         return taken
 
     def put_back(self, handed: list[Handed], taken: list[tuple[int, int]]) -> None:
-        """The write of ``taken`` failed: ``handed`` wait in the buffer again, first, and the
-        others (slots took them) are written by a later pass."""
+        """``taken`` was not written (the write failed, or skipped a row another session
+        holds): ``handed`` wait in the buffer again, first, and the others (slots took them)
+        are written by a later pass."""
         again = {(job.id, job.attempt) for job, _ in handed}
         with self._lock:
             self._jobs.extendleft(reversed(handed))
