@@ -61,7 +61,8 @@ DEFAULTS: dict[str, Any] = {
     "MAINTAINER_STANDBYS": 2,
     # Claim ahead of free slots: each worker keeps up to this many claimed jobs per slot in a
     # local buffer (rounded up), so that a slot that frees takes its next job at once. Plain
-    # jobs never claimed before only; a worker with per-queue slots never claims ahead. 0: off.
+    # jobs never claimed before only; a worker with per-queue slots or autoscaling never claims
+    # ahead. 0: off.
     "CLAIM_AHEAD": 0,
     # While the maintainer hears NOTIFY, its promoter and scheduler sleep until the next
     # scheduled job or cron tick they know of, at most this long (seconds).

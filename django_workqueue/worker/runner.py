@@ -136,8 +136,9 @@ class Worker:
         self._slots = self.pool.threads
         # WORKQUEUE["CLAIM_AHEAD"]: jobs claimed beyond the free slots (ahead.py). Per-queue
         # budgets count the jobs handed to slots by queue: a buffer shared by every slot
-        # would run past them, so a worker with per-queue slots never claims ahead.
-        self.ahead = AheadBuffer(0 if queue_slots else None)
+        # would run past them. The autoscaler grows on claims that fill the free slots: the
+        # buffer would hide that demand. Neither kind of worker claims ahead.
+        self.ahead = AheadBuffer(0 if queue_slots or max_concurrency else None)
         self._backlog = False  # the last claim took all it asked for: more may be waiting
         self._requested: int | None = None  # slots asked for by operations.scale_worker
         self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler

@@ -117,9 +117,10 @@ def test_a_bad_claim_ahead_stops_the_worker_with_the_setting_named(value):
     assert str(raised.value).startswith('WORKQUEUE["CLAIM_AHEAD"] must be ')
 
 
-def test_a_worker_with_per_queue_slots_never_claims_ahead():
+def test_a_worker_with_per_queue_or_autoscaling_slots_never_claims_ahead():
     with workqueue_settings(CLAIM_AHEAD=1):
         assert not Worker(queue_slots={"default": 2, "mail": 1}).ahead.enabled
+        assert not Worker(concurrency=2, max_concurrency=8).ahead.enabled
         assert Worker(concurrency=2).ahead.room(2) == 2
 
 
