@@ -18,6 +18,7 @@ from .exceptions import InvalidOption
 from .flow.claims import check_ttl
 from .registry import import_errors, registered_tasks
 from .schedules import schedule_problems
+from .worker.ahead import claim_ahead_problem
 
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "HEARTBEAT_INTERVAL", "REAPER_INTERVAL", "PROMOTE_INTERVAL",
@@ -125,6 +126,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error(
                 f"WORKQUEUE['CLI_REQUIRE_USER'] must be True or False, "
                 f"got {conf.CLI_REQUIRE_USER!r}.",
+                id="django_workqueue.E002",
+            )
+        )
+    ahead = claim_ahead_problem(conf.CLAIM_AHEAD)
+    if ahead:
+        errors.append(
+            checks.Error(
+                f"WORKQUEUE['CLAIM_AHEAD'] {ahead}.",
+                hint="Jobs a worker keeps claimed per slot beyond its free slots: 1 keeps one "
+                "more job per slot ready to start; 0 turns it off.",
                 id="django_workqueue.E002",
             )
         )

@@ -59,6 +59,11 @@ DEFAULTS: dict[str, Any] = {
     # to take over within about a second of its death; the others take over when its lease runs
     # out. 0: none watch. SQLite workers all watch (a look at a pid, no connection).
     "MAINTAINER_STANDBYS": 2,
+    # Claim ahead of free slots: each worker keeps up to this many claimed jobs per slot in a
+    # local buffer (rounded up), so that a slot that frees takes its next job at once. Plain
+    # jobs never claimed before only; a worker with per-queue slots or autoscaling never claims
+    # ahead. 0: off.
+    "CLAIM_AHEAD": 0,
     # While the maintainer hears NOTIFY, its promoter and scheduler sleep until the next
     # scheduled job or cron tick they know of, at most this long (seconds).
     "MAINTENANCE_IDLE_INTERVAL": 10.0,

@@ -174,6 +174,11 @@ class Job(models.Model):
     errors = models.JSONField(default=list, blank=True)
     enqueued_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
+    claimed_ahead = models.BooleanField(
+        default=False, db_default=False,
+        help_text="Claimed into a worker's local buffer and not begun, as far as the database "
+        "knows (read while it runs): if that worker dies it goes back to ready uncharged.",
+    )  # fmt: skip
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow = models.ForeignKey(
         Workflow,

@@ -133,6 +133,8 @@ WORKQUEUE = {
     # "database" (default), "channel_layer" (needs REDIS_URL across processes) or "off".
     "REALTIME": None if _REALTIME == "off" else _REALTIME,
     "REALTIME_POLL_INTERVAL": env.float("WORKQUEUE_REALTIME_POLL_INTERVAL", default=0.2),
+    # Jobs claimed ahead per slot (the claim-ahead tests and the chaos case turn it on).
+    "CLAIM_AHEAD": env.float("WORKQUEUE_CLAIM_AHEAD", default=0.0),
 }
 
 # Django 6's django.tasks on this engine (docs/guides/django-tasks.md); Django 5.2 has none.

@@ -368,6 +368,9 @@ class Expired:
     queue: str
     owner_gone: bool = False
     """Reaped because its worker is gone (liveness), not because the lease ran out."""
+    began: bool = True
+    """Whether its body may have begun: False for a job claimed ahead into its worker's
+    buffer that no slot took as far as the database knows (``Driver.claim(ahead=True)``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,10 +497,30 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs of ``queues`` in one statement, highest priority
-        first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1)."""
+        first, and lease them to ``owner``; the claim is the attempt's start (attempt + 1).
+
+        ``ahead``: a claim into the worker's local buffer, beyond its free slots. Only jobs
+        never claimed before (``attempt = 0``) are taken, and they are marked
+        ``claimed_ahead`` (not begun) until ``began`` says a slot took them: a job that never
+        began goes back uncharged if its worker dies, and a job that killed its worker before
+        the database learned it began is never claimed ahead again, so its next crash is
+        charged (a poison pill still ends in the dead-letter queue)."""
+
+    @abc.abstractmethod
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+        """Jobs ``(id, attempt)`` claimed ahead by ``owner`` that a slot took: no longer
+        ``claimed_ahead``, started now. Fenced like every worker write, and never waiting for
+        a row another session holds (db/locking.py: such a row is skipped, and the caller
+        tries it again on its next pass). Returns the ids written."""
 
     def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
         """Up to ``limit`` flow keys with ready jobs in the unpaused
@@ -808,16 +831,16 @@ class Driver(abc.ABC):
             .annotate(owner_gone=owner_gone)
             .values_list(
                 "id", "attempt", "max_attempts", "attempts_charged", "crashes_charged",
-                "lease_owner", "queue", "owner_gone",
+                "lease_owner", "queue", "owner_gone", "claimed_ahead",
             )[:limit]
         )  # fmt: skip
         return [
             Expired(
                 id=pk, attempt=attempt, max_attempts=budget, attempts_charged=charged,
                 crashes_charged=crashes, owner=owner or "", queue=queue,
-                owner_gone=bool(owner_gone),
+                owner_gone=bool(owner_gone), began=not ahead,
             )
-            for pk, attempt, budget, charged, crashes, owner, queue, owner_gone in rows
+            for pk, attempt, budget, charged, crashes, owner, queue, owner_gone, ahead in rows
         ]  # fmt: skip
 
     # --- liveness -----------------------------------------------------------------------------

@@ -198,12 +198,28 @@ _RETURNING = (
 # shape of ``ClaimedJob``'s parameters: the attempt starts now.
 _LEASE = (
     f"status = 'running', attempt = j.attempt + 1, lease_owner = %(owner)s, started_at = {NOW}, "
-    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second'"
+    f"lease_expires_at = {NOW} + j.lease_seconds * interval '1 second', claimed_ahead = false"
 )
+# A claim into the worker's local buffer (``claim(ahead=True)``): leased alike, marked not begun.
+_LEASE_AHEAD = _LEASE.replace("claimed_ahead = false", "claimed_ahead = true")
+# Only a job never claimed before is claimed ahead (see ``Driver.claim``).
+_NEVER_CLAIMED = "AND attempt = 0 "
 _CLAIMED = (
     f"{', '.join('j.' + c for c in _RETURNING.split(', '))}, j.deadline < {NOW}, "
     f"jsonb_build_array(j.args, j.kwargs)::text, j.workflow_id, j.input_shape::text"
 )
+
+
+# A worker's leases (job id, attempt), given as two arrays (``_lease_params``).
+_LEASES = "(id, attempt) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))"
+
+
+def _lease_params(owner: str, leases: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    return {
+        "owner": owner,
+        "ids": [job_id for job_id, _ in leases],
+        "attempts": [attempt for _, attempt in leases],
+    }
 
 
 class PostgresDriver(Driver):
@@ -420,7 +436,13 @@ class PostgresDriver(Driver):
         return rows
 
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         # One LATERAL branch per queue, each walking the partial index wq_job_claim in order and
         # stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
@@ -436,10 +458,11 @@ class PostgresDriver(Driver):
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
             f"SELECT id, priority, run_after FROM {self.table} "
             f"WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name "
-            f"AND run_after <= {NOW} ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
+            f"AND run_after <= {NOW} {_NEVER_CLAIMED if ahead else ''}"
+            f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f"UPDATE {self.table} AS j SET {_LEASE_AHEAD if ahead else _LEASE} "
             # `status || ''`: as in claim_flow, the picked rows by primary key only.
             f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
             f"RETURNING {_CLAIMED}"
@@ -624,6 +647,23 @@ class PostgresDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+        if not leases:
+            return set()
+        # As renew_leases: only rows nobody else has locked (SKIP LOCKED); one a session holds
+        # keeps its mark until the caller's next pass.
+        sql = (
+            f"WITH free AS MATERIALIZED (SELECT id FROM {self.table} "
+            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND claimed_ahead "
+            f"  AND {_LEASES} ORDER BY id FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {self.table} AS j SET claimed_ahead = false, started_at = {CLOCK} "
+            f"FROM free WHERE j.id = free.id RETURNING j.id"
+        )
+        params = _lease_params(owner, leases)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id for (job_id,) in cursor.fetchall()}
+
     def renew_leases(
         self, owner: str, leases: Sequence[tuple[int, int]]
     ) -> tuple[dict[int, bool], set[int]]:
@@ -636,8 +676,7 @@ class PostgresDriver(Driver):
         # worker's heartbeat.
         sql = (
             f"WITH held AS MATERIALIZED (SELECT id, cancel_requested_at FROM {self.table} "
-            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND (id, attempt) IN "
-            f"  (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))), "
+            f"  WHERE status = 'running' AND lease_owner = %(owner)s AND {_LEASES}), "
             f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN held ON j.id = held.id "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED), "
             f"renewed AS (UPDATE {self.table} AS j "
@@ -647,11 +686,7 @@ class PostgresDriver(Driver):
             f"SELECT held.id, COALESCE(renewed.cancel_requested_at, held.cancel_requested_at) "
             f"  IS NOT NULL, renewed.id IS NULL FROM held LEFT JOIN renewed ON renewed.id = held.id"
         )
-        params: dict[str, Any] = {
-            "owner": owner,
-            "ids": [job_id for job_id, _ in leases],
-            "attempts": [attempt for _, attempt in leases],
-        }
+        params = _lease_params(owner, leases)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

@@ -71,12 +71,26 @@ _RETURNING = (
 # ``_claimed``): the attempt starts now.
 _LEASE = (
     f"status = 'running', attempt = attempt + 1, lease_owner = :owner, started_at = {NOW}, "
-    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds')"
+    f"lease_expires_at = strftime({_FORMAT}, {NOW}, '+' || lease_seconds || ' seconds'), "
+    f"claimed_ahead = 0"
 )
+# A claim into the worker's local buffer (``claim(ahead=True)``): leased alike, marked not begun.
+_LEASE_AHEAD = _LEASE.replace("claimed_ahead = 0", "claimed_ahead = 1")
 _CLAIMED = (
     f"{_RETURNING}, deadline < {NOW}, json_array(json(args), json(kwargs)), workflow_id, "
     f"input_shape"
 )
+
+
+def _leases(owner: str, leases: Sequence[tuple[int, int]]) -> tuple[str, dict[str, Any]]:
+    """``(id, attempt) IN (VALUES ...)`` over a worker's leases, and its parameters (with
+    ``:owner``)."""
+    pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+    params: dict[str, Any] = {"owner": owner}
+    for n, (job_id, attempt) in enumerate(leases):
+        params[f"i{n}"] = job_id
+        params[f"a{n}"] = attempt
+    return f"(id, attempt) IN (VALUES {pairs})", params
 
 
 class SQLiteDriver(Driver):
@@ -181,7 +195,13 @@ class SQLiteDriver(Driver):
         return None if row is None else row[0]
 
     def claim(
-        self, queues: Sequence[str], limit: int, owner: str, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        owner: str,
+        now: datetime | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[ClaimedJob]:
         # One bounded subquery per queue, each walking wq_job_claim in order and stopping after
         # `limit` rows; one `queue IN (...)` scan would sort the whole ready set under the write
@@ -194,7 +214,7 @@ class SQLiteDriver(Driver):
         per_queue = [
             f"SELECT * FROM (SELECT id, priority, run_after FROM {self.table} "
             f"INDEXED BY wq_job_claim WHERE status = 'ready' AND flow_key IS NULL "
-            f"AND queue = :q{i} AND run_after <= {NOW} "
+            f"AND queue = :q{i} AND run_after <= {NOW} {'AND attempt = 0 ' if ahead else ''}"
             f"AND NOT EXISTS (SELECT 1 FROM {self.queue_table} "
             f"WHERE name = :q{i} AND paused_at IS NOT NULL) {order})"
             for i in range(len(queues))
@@ -205,7 +225,7 @@ class SQLiteDriver(Driver):
             else f"SELECT id FROM ({' UNION ALL '.join(per_queue)}) {order}"
         )
         sql = (
-            f"UPDATE {self.table} SET {_LEASE} "
+            f"UPDATE {self.table} SET {_LEASE_AHEAD if ahead else _LEASE} "
             f"WHERE id IN (SELECT id FROM ({picked})) AND +status = 'ready' RETURNING {_CLAIMED}"
         )
         params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
@@ -404,26 +424,35 @@ class SQLiteDriver(Driver):
             cursor.execute(sql, {"key": key, "job_id": job_id, "ttl": ttl})
             return cursor.fetchone() is not None
 
+    def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+        # No row locks: the statement waits for the write lock, so no row is ever skipped.
+        if not leases:
+            return set()
+        leased, params = _leases(owner, leases)
+        sql = (
+            f"UPDATE {self.table} SET claimed_ahead = 0, started_at = {_CLOCK} "
+            f"WHERE status = 'running' AND lease_owner = :owner AND claimed_ahead "
+            f"AND {leased} RETURNING id"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id for (job_id,) in cursor.fetchall()}
+
     def renew_leases(
         self, owner: str, leases: Sequence[tuple[int, int]]
     ) -> tuple[dict[int, bool], set[int]]:
         # No row locks: the statement waits for the write lock, so no row is ever skipped.
         if not leases:
             return {}, set()
-        pairs = ", ".join(f"(:i{n}, :a{n})" for n in range(len(leases)))
+        leased, params = _leases(owner, leases)
         sql = (
             f"UPDATE {self.table} SET lease_expires_at = "
             f"strftime({_FORMAT}, 'now', '+' || lease_seconds || ' seconds') "
-            f"WHERE status = 'running' AND lease_owner = :owner "
-            f"AND (id, attempt) IN (VALUES {pairs}) "
+            f"WHERE status = 'running' AND lease_owner = :owner AND {leased} "
             # The column itself, not `cancel_requested_at IS NOT NULL`: SQLite 3.40 folds that
             # expression to true in a RETURNING clause, cancelling every renewed job.
             f"RETURNING id, cancel_requested_at"
         )
-        params: dict[str, Any] = {"owner": owner}
-        for n, (job_id, attempt) in enumerate(leases):
-            params[f"i{n}"] = job_id
-            params[f"a{n}"] = attempt
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {job_id: cancel is not None for job_id, cancel in cursor.fetchall()}, set()

@@ -3,10 +3,11 @@
 are spent (or ``cancelled`` if cancellation was requested).
 
 A crashed attempt counts as an attempt, so a job that kills its worker every time (a poison
-pill) ends in the dead-letter queue instead of looping. A recovered job keeps its run_after:
-it goes back to its place in the queue, not behind the backlog. What the expiry means is an
-``Outcome`` (``LEASE_EXPIRED``), decided in ``outcomes.py`` and written by the same fenced
-statement as every other ending.
+pill) ends in the dead-letter queue instead of looping; a job claimed ahead into a worker's
+buffer that never began goes back uncharged (``lease_expired``). A recovered job keeps its
+run_after: it goes back to its place in the queue, not behind the backlog. What the expiry
+means is an ``Outcome`` (``LEASE_EXPIRED``), decided in ``outcomes.py`` and written by the same
+fenced statement as every other ending.
 """
 
 from __future__ import annotations
@@ -193,6 +194,15 @@ class Reaper(Service):
 
 
 def lease_expired(row: Expired) -> Outcome:
+    """What the reaper writes for ``row``: a crash, or, for a job claimed ahead into its
+    worker's buffer that never began (``Expired.began``), a release: back to ready in its
+    place, charging nothing (``budgets.py``: a claimed job that never began spends nothing)."""
+    if not row.began:
+        return Outcome(
+            job_id=row.id, attempt=row.attempt, kind=OutcomeKind.RELEASE,
+            max_attempts=row.max_attempts, attempts_charged=row.attempts_charged,
+            crashes_charged=row.crashes_charged,
+        )  # fmt: skip
     if row.owner_gone:
         message = (
             f"worker {row.owner} is gone (its process ended: killed or crashed); its lease "

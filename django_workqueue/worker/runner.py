@@ -66,6 +66,7 @@ from ..models import Job
 from ..registry import find_task
 from ..states import Status
 from . import shutdown
+from .ahead import AheadBuffer
 from .batch import Batch, Batches
 from .completer import Completer
 from .processes import ChildLimits, ProcessPool, SlotHost
@@ -140,6 +141,12 @@ class Worker:
         )  # fmt: skip
         self.concurrency = self.pool.size
         self._slots = self.pool.threads
+        # WORKQUEUE["CLAIM_AHEAD"]: jobs claimed beyond the free slots (ahead.py). Per-queue
+        # budgets count the jobs handed to slots by queue: a buffer shared by every slot
+        # would run past them. The autoscaler grows on claims that fill the free slots: the
+        # buffer would hide that demand. Neither kind of worker claims ahead.
+        self.ahead = AheadBuffer(0 if queue_slots or max_concurrency else None)
+        self._backlog = False  # the last claim took all it asked for: more may be waiting
         self._requested: int | None = None  # slots asked for by operations.scale_worker
         self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
         self.backpressure = Backpressure.from_settings(self.id)
@@ -163,6 +170,7 @@ class Worker:
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
         self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
+        self._began_in_pass: list[tuple[int, int]] = []  # written as begun, not yet committed
         self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
@@ -443,7 +451,7 @@ class Worker:
         outcomes = self.completer.take_outcomes()
         if not outcomes:
             return self._fill()
-        self._starts = []
+        self._starts, self._began_in_pass = [], []
         try:
             with transaction.atomic(using=self.alias):
                 recorded = self.completer.record_in_pass(outcomes)
@@ -460,6 +468,9 @@ class Worker:
         except Exception as exc:
             self._finishing, self._starts = set(), None  # claims rolled back: nothing starts
             self.completer.put_back(outcomes)
+            # Buffered jobs the slots took run all the same: written as begun again.
+            self.ahead.put_back([], self._began_in_pass)
+            self._began_in_pass = []
             if is_transient(exc) and not row_locked(self.driver, exc):
                 raise
             logger.info(
@@ -470,6 +481,7 @@ class Worker:
             self._flush()
             return self._fill()
         starts, self._finishing, self._starts = self._starts, set(), None
+        self._began_in_pass = []
         try:
             self._forget(*self.completer.settle(outcomes, recorded))
         finally:  # committed: the jobs are ours, whatever the bookkeeping met
@@ -527,13 +539,18 @@ class Worker:
             running_before = self._still_running()
             executing = self._executing
         free = self.concurrency - executing
+        self._drained = False
+        # Buffered jobs first (ahead.py): slots that are free take them, written as begun in
+        # the same step as those slots took themselves since the last pass.
+        free -= self._hand_out_ahead(0 if self.stopping.is_set() else free)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
-        self._drained = False
+        room = self.ahead.room(self.concurrency) if self.ahead.enabled else 0
         # A stop (SIGTERM) may arrive in the middle of a pass: claim nothing after it, or the job
         # would start only to be released at the end of the grace and run again elsewhere.
-        if free <= 0 or self.stopping.is_set():
+        if (free <= 0 and room <= 0) or self.stopping.is_set():
             return 0
+        free = max(free, 0)  # every slot busy: only the buffer claims
         if self.processes is not None and not self.processes.ready.is_set():
             return 0  # the children are still importing the project
         if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
@@ -544,52 +561,126 @@ class Worker:
         self._claim_deadline = math.inf
         self._last_poll = time.monotonic()
         self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
-        batched = self.batches.fill(free)  # first: a due batch has waited out its batch_wait
+        # First: a due batch has waited out its batch_wait.
+        batched = self.batches.fill(free) if free else 0
         with self._lock:
             claims = self.pool.claims(self.queues, free - batched)
-        self.claimer.begin_pass()
+        if free:  # a pass for the buffer alone keeps what the last claims found held back
+            self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
         self._last_fill = (free, len(jobs) + batched)
+        # With every slot busy no claim for free slots says whether work is waiting: the last
+        # claim ahead does. A busy worker does not take a job an idle one is there to run.
+        ahead = self._claim_ahead(room, full=len(jobs) >= free - batched if free else self._backlog)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self._drained = (
-            not jobs and running_before == 0 and self.batches.idle and not self.claimer.held
-        )
+            not jobs and not ahead and running_before == 0 and self.batches.idle
+            and not self.claimer.held
+        )  # fmt: skip
         # A burst worker promotes for itself, maintainer or not: it must not exit while jobs
         # are due.
         if self._drained and self.burst and self.maintainer.promoter.run_once():
             self._drained = False
             self.wake.set()
-        if jobs:
-            self._when_committed(lambda: self._start_jobs(jobs))
+        if jobs or ahead:
+            self._when_committed(lambda: self._start_jobs(jobs, ahead))
         return len(jobs) + batched
 
-    def _start_jobs(self, jobs: list[ClaimedJob]) -> None:
-        """Hand the jobs just claimed (and committed) to the slots."""
+    def _start_jobs(self, jobs: list[ClaimedJob], ahead: list[ClaimedJob]) -> None:
+        """Hand the jobs just claimed (and committed) to the slots, and those claimed ahead
+        to the buffer."""
         now = time.monotonic()
         with self._lock:
             for job in jobs:
-                context = JobContext(
-                    job, owner=self.id, driver=self.driver, on_progress=self._on_progress
-                )
-                task = find_task(job.task_name)
-                stale = self._running.get(job.id)
-                if stale is not None:  # reaped, then claimed again while its body runs here
-                    stale.context.abort(AbortReason.LEASE_LOST)
-                self._running[job.id] = RunningJob(
-                    context,
-                    started=now,
-                    timeout=task.spec.timeout if task else None,
-                    is_async=bool(task and task.spec.is_async),
-                )
+                self._lease(job, now)
                 self._executing += 1
                 self.pool.began(job.queue)
+            # A buffered job's timeout runs from its take (math.inf: not yet, as processes.py).
+            buffered = [(job, self._lease(job, math.inf)) for job in ahead]
         for job in jobs:
             self._inbox.put((job, self._running[job.id]))
-        self.claimed_count += len(jobs)
+        self.ahead.put(buffered)
+        self.claimed_count += len(jobs) + len(ahead)
         with self._lock:
             self.leases.schedule(self._running, now)
-            self.backpressure.count_claimed(now, len(jobs))
+            self.backpressure.count_claimed(now, len(jobs) + len(ahead))
+
+    def _lease(self, job: ClaimedJob, now: float) -> RunningJob:
+        """Hold ``job`` as this worker's (under the lock): its lease is renewed from now on."""
+        context = JobContext(job, owner=self.id, driver=self.driver, on_progress=self._on_progress)
+        task = find_task(job.task_name)
+        stale = self._running.get(job.id)
+        if stale is not None:  # reaped, then claimed again while its body runs here
+            stale.context.abort(AbortReason.LEASE_LOST)
+        item = self._running[job.id] = RunningJob(
+            context,
+            started=now,
+            timeout=task.spec.timeout if task else None,
+            is_async=bool(task and task.spec.is_async),
+        )
+        return item
+
+    def _claim_ahead(self, room: int, *, full: bool) -> list[ClaimedJob]:
+        """Plain jobs never claimed before, beyond the free slots, up to the buffer's
+        ``room`` (ahead.py); only when the claim for the free slots came back full: there is
+        more work than slots (``full``)."""
+        self._backlog = full
+        if not full:
+            return []
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.claimed_count - self._last_fill[1])
+        if room <= 0:
+            return []
+        try:
+            ahead = self.driver.claim(self.queues, room, self.id, ahead=True)
+            self._backlog = len(ahead) >= room
+            return ahead
+        except Exception:
+            if not self._last_fill[1]:
+                raise
+            # The jobs claimed for the free slots are leased to this worker: run them.
+            logger.exception("worker %s: the claim ahead failed; running the jobs claimed "
+                             "for the free slots", self.id)  # fmt: skip
+            return []
+
+    def _hand_out_ahead(self, free: int) -> int:
+        """Hand up to ``free`` buffered jobs to the free slots, once the database knows that
+        they, and those slots took since the last pass, began (``Driver.began``)."""
+        if not self.ahead.enabled:
+            return 0
+        handed: list[tuple[ClaimedJob, RunningJob]] = []
+        with self._lock:
+            while len(handed) < free and (next_job := self._take_ahead()) is not None:
+                handed.append(next_job)
+        taken = self.ahead.taken()
+        if taken:
+            try:
+                written = self.driver.began(self.id, taken)
+            except Exception:
+                self.ahead.put_back(handed, taken)  # the later pass writes those slots took
+                raise
+            if self._starts is not None:  # in a pass's transaction: kept if it rolls back
+                self._began_in_pass = [lease for lease in taken if lease[0] in written]
+            # A row another session holds was skipped: the next pass tries it again while the
+            # job is still this worker's (its outcome written, or its lease lost: forgotten).
+            with self._lock:
+                again = [
+                    (pk, attempt) for pk, attempt in taken if pk not in written
+                    and (item := self._running.get(pk)) is not None
+                    and item.context.attempt == attempt and not item.context.lease_lost
+                ]  # fmt: skip
+            self.ahead.put_back([], again)
+        if handed:
+            now = time.monotonic()
+            with self._lock:
+                for job, item in handed:
+                    self._executing += 1
+                    self.pool.began(job.queue)
+                    item.started = now  # its timeout runs from now
+            for handed_job in handed:
+                self._inbox.put(handed_job)
+        return len(handed)
 
     def _scale(self) -> None:
         """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,
@@ -695,7 +786,7 @@ class Worker:
         generation = self._db_generation
         child = self.processes.slot(self.slot_host()) if self.processes is not None else None
         while True:
-            handed = self._inbox.get()
+            handed = self._take()
             if handed is None:
                 if not self.pool.retire():  # meant for a slot that a later grow kept
                     continue
@@ -753,6 +844,34 @@ class Worker:
             worker_id=self.id, stopping=self.stopping, stop=self.stop,
             generation=lambda: self._db_generation, on_progress=self._on_progress,
         )  # fmt: skip
+
+    def _take(self) -> tuple[ClaimedJob, RunningJob] | Batch | None:
+        """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
+        control thread hands over, waiting for it."""
+        if self.ahead.enabled and not self.stopping.is_set():
+            with self._lock:
+                handed = self._take_ahead()
+                if handed is not None:
+                    self._executing += 1
+                    self.pool.began(handed[0].queue)
+            if handed is not None:
+                handed[1].started = time.monotonic()  # its timeout runs from now
+                self.wake.set()  # the next pass writes that it began
+                return handed
+        return self._inbox.get()
+
+    def _take_ahead(self) -> tuple[ClaimedJob, RunningJob] | None:
+        """The next buffered job still leased to this worker (under the lock). One whose
+        lease was lost while it waited (reaped, uncharged, and maybe claimed elsewhere) is
+        forgotten, not run."""
+        while (handed := self.ahead.take()) is not None:
+            job, item = handed
+            if not item.context.lease_lost:
+                return handed
+            if self._running.get(job.id) is item:
+                del self._running[job.id]
+            logger.warning("job %s: its lease was lost while it waited for a slot; not run", job.id)
+        return None
 
     def _ensure_loop(self) -> None:
         with self._lock:

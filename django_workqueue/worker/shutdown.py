@@ -1,5 +1,8 @@
 """Graceful shutdown: let running jobs finish within the grace period, then give the rest back.
 
+First, at once, the jobs of the claim-ahead buffer (``ahead.py``) that no slot took: they
+never began, so they go back to ready uncharged before the grace period starts.
+
 Past the grace period, unfinished jobs are released to ready, uncharged and in their place
 (``OutcomeKind.RELEASE``), and their bodies are told to stop (``AbortReason.SHUTDOWN``). A body
 that returns just as it is released — after the release decision, before or during its write —
@@ -27,6 +30,7 @@ from ..outcomes import Outcome, OutcomeKind
 from ..workflow import release
 
 if TYPE_CHECKING:
+    from ..attempt.lease import RunningJob
     from .runner import Worker
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -35,6 +39,7 @@ logger = logging.getLogger("django_workqueue.worker")
 def drain_and_stop(worker: Worker) -> None:
     """Wait up to the grace period for running jobs, release the rest, stop every thread."""
     deadline = time.monotonic() + worker.grace_seconds
+    release_buffered(worker)
     hand_over_maintenance(worker)
     while worker.running_count and time.monotonic() < deadline:
         worker.wake.clear()
@@ -99,6 +104,28 @@ def hand_over_maintenance(worker: Worker) -> None:
         logger.warning("worker %s: could not release the maintenance lease: %s", worker.id, exc)
 
 
+def release_buffered(worker: Worker) -> None:
+    """At once: give the jobs claimed ahead that no slot took back to ready, uncharged (they
+    never began: ``worker/ahead.py``), and forget them; a release that fails leaves them to
+    their lease, and the reaper gives them back uncharged too."""
+    buffered = worker.ahead.close()
+    taken = worker.ahead.taken()
+    if taken:  # bodies that began since the last pass: a crash during the grace is charged
+        try:
+            worker.driver.began(worker.id, taken)
+        except Exception as exc:
+            logger.warning("worker %s: could not write which jobs began: %s", worker.id, exc)
+    if not buffered:
+        return
+    with worker._lock:
+        unstarted = {job.id: item for job, item in buffered}
+        for job_id, item in unstarted.items():
+            item.context.released = True
+            if worker._running.get(job_id) is item:
+                del worker._running[job_id]
+    _release(worker, unstarted, "claimed ahead, never begun")
+
+
 def release_remaining(worker: Worker) -> None:
     """Past the grace period: give unfinished jobs back to ready, uncharged."""
     _flush(worker)
@@ -110,6 +137,12 @@ def release_remaining(worker: Worker) -> None:
         return
     for item in unfinished.values():
         item.context.abort(AbortReason.SHUTDOWN)
+    _retake_late(worker, _release(worker, unfinished, "at shutdown"))
+
+
+def _release(worker: Worker, items: dict[int, RunningJob], why: str) -> set[tuple[int, int]]:
+    """Write ``items`` back to ready, uncharged (``OutcomeKind.RELEASE``); return those
+    written ``(id, attempt)``."""
     releases = [
         Outcome(
             job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
@@ -118,7 +151,7 @@ def release_remaining(worker: Worker) -> None:
             task_name=item.context.job.task_name,
             queue=item.context.job.queue,
         )
-        for job_id, item in unfinished.items()
+        for job_id, item in items.items()
     ]  # fmt: skip
     worker.completer.attach_progress(releases)  # a report still waiting for its turn lands too
     try:
@@ -136,7 +169,11 @@ def release_remaining(worker: Worker) -> None:
         logger.warning("worker %s: release failed (%s); leases will expire", worker.id, exc)
         written = set()
     for job_id, _ in sorted(written):
-        logger.info("job %s released back to ready at shutdown", job_id)
+        logger.info("job %s released back to ready %s", job_id, why)
+    return written
+
+
+def _retake_late(worker: Worker, written: set[tuple[int, int]]) -> None:
     # Bodies that returned after the snapshot: take their jobs back and write their outcomes.
     late = worker.completer.take({job_id for job_id, _ in written})
     for outcome in late:

@@ -14,9 +14,8 @@ import pytest
 from django_workqueue.models import Job
 from django_workqueue.states import Status
 from testproject.testapp.tasks import crash, sleep_for
-from tests.support.database import ledger_with_pids
-from tests.support.processes import RunworkerProcess, StartWorker, wait_for
-from tests.support.waiting import wait_until
+from tests.support.database import fresh, ledger_with_pids
+from tests.support.processes import StartWorker, restart_until, wait_for
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -61,21 +60,10 @@ def test_poison_pill_ends_failed_after_max_attempts(start_worker: StartWorker) -
     job must end ``failed`` after three attempts instead of killing workers forever.
     """
     job = crash.enqueue()
-    crashed: list[RunworkerProcess] = []
-    current = start_worker(name="w0")
-
-    def supervise() -> bool:
-        nonlocal current
-        job.refresh_from_db()
-        if job.status == Status.FAILED:
-            return True
-        if not current.alive:
-            crashed.append(current)
-            assert len(crashed) <= 5, f"the job kept crashing workers: {crashed}"
-            current = start_worker(name=f"w{len(crashed)}")
-        return False
-
-    wait_until(supervise, timeout=60, message="the poison pill to end failed")
+    crashed, current = restart_until(
+        lambda: fresh(job).status == Status.FAILED, lambda n: start_worker(name=f"w{n}"),
+        most=5, message="the poison pill to end failed",
+    )  # fmt: skip
 
     assert [process.returncode for process in crashed] == [17, 17, 17]
     assert (job.status, job.attempt, job.max_attempts) == (Status.FAILED, 3, 3)

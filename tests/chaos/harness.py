@@ -159,14 +159,17 @@ class Supervisor:
         worker.send(signal.SIGKILL)
         at = time.time()
         worker.wait()
-        orphans = list(
+        kill = Kill(worker.worker_id, at, self.orphans_of(worker), children)
+        self.kills.append(kill)
+        return kill
+
+    def orphans_of(self, worker: RunworkerProcess) -> list[tuple[int, int]]:
+        """The jobs (id, attempt) a killed ``worker`` held, read once it is dead."""
+        return list(
             Job.objects.filter(status=Status.RUNNING, lease_owner=worker.worker_id).values_list(
                 "id", "attempt"
             )
         )
-        kill = Kill(worker.worker_id, at, orphans, children)
-        self.kills.append(kill)
-        return kill
 
     def kill_busy(self, rng: random.Random) -> Kill | None:
         busy = self.busy_workers()

@@ -444,3 +444,17 @@ def test_prepared_statements_must_be_a_boolean(value):
 def test_prepared_statements_on_or_off_is_fine(value):
     with workqueue(PREPARED_STATEMENTS=value):
         assert check_settings() == []
+
+
+@pytest.mark.parametrize("value", [-1, 5, "1", True])
+def test_a_bad_claim_ahead_is_an_error_naming_the_range(value):
+    with workqueue(CLAIM_AHEAD=value):
+        message = only(check_settings())
+    assert message.id == "django_workqueue.E002"
+    assert message.msg.startswith("WORKQUEUE['CLAIM_AHEAD'] must be ")
+    assert "0" in message.msg and "4" in message.msg
+
+
+def test_a_claim_ahead_of_one_per_slot_is_fine():
+    with workqueue(CLAIM_AHEAD=1):
+        assert check_settings() == []

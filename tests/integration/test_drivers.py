@@ -236,6 +236,18 @@ def test_writes_skip_a_row_another_session_holds_locked_and_report_it_busy(hold_
     assert Job.objects.get(pk=locked.pk).status == "running"
 
 
+@pytest.mark.postgres_only  # row locks: SQLite locks the whole database, never one row
+def test_began_skips_a_row_another_session_holds_locked(hold_row):
+    locked, free = JobFactory.create_batch(2)
+    driver().claim(["default"], 2, OWNER, ahead=True)
+    hold_row(locked.pk)
+
+    assert driver().began(OWNER, [(locked.pk, 1), (free.pk, 1)]) == {free.pk}
+
+    assert Job.objects.get(pk=locked.pk).claimed_ahead
+    assert not Job.objects.get(pk=free.pk).claimed_ahead
+
+
 # --- progress ----------------------------------------------------------------------------
 
 

@@ -230,6 +230,34 @@ def wait_for(
     return wait_until(check, timeout=timeout, interval=0.02, message=message)
 
 
+def restart_until(
+    done: Callable[[], bool],
+    start: Callable[[int], RunworkerProcess],
+    *,
+    most: int,
+    timeout: float = 60,
+    message: str = "",
+) -> tuple[list[RunworkerProcess], RunworkerProcess]:
+    """Keep one worker running, as systemd or Kubernetes would: ``start(n)`` starts the n-th
+    whenever the last has exited, until ``done()``; at most ``most`` may exit. Return the
+    workers that exited and the one running."""
+    exited: list[RunworkerProcess] = []
+    current = start(0)
+
+    def supervise() -> bool:
+        nonlocal current
+        if done():
+            return True
+        if not current.alive:
+            exited.append(current)
+            assert len(exited) <= most, f"workers kept exiting: {exited}"
+            current = start(len(exited))
+        return False
+
+    wait_until(supervise, timeout=timeout, message=message)
+    return exited, current
+
+
 # --- the processes a worker started (its pool's children), read from /proc (Linux) ----------------
 
 
