@@ -195,3 +195,35 @@ def test_a_take_whose_row_was_locked_is_written_on_a_later_pass():
         _pass(worker)
 
     assert not Job.objects.get(pk=buffered.id).claimed_ahead
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_take_written_in_a_pass_that_rolled_back_is_written_again():
+    """A pass writes its outcomes, the takes and its claim in one transaction: when that
+    transaction rolls back (here its claim fails and the pass is done apart), the take it wrote
+    is undone with it, and written again, or the job's crash would go uncharged."""
+    from tests.integration.test_worker import _hand_over, _success
+
+    JobFactory.create_batch(3)
+    with workqueue_settings(CLAIM_AHEAD=1):
+        worker = Worker(concurrency=1, poll_interval=3600)
+        _pass(worker)  # one job for the slot, one into the buffer
+        (buffered, _), = list(worker.ahead._jobs)  # fmt: skip
+        _hand_over(worker, _success)  # the slot's job ended: its outcome is to be written
+        worker.ahead.take()  # the slot took the buffered job
+        claim = worker.claimer.claim
+        calls = []
+
+        def fails_once(queues, limit):
+            calls.append(limit)
+            if len(calls) == 1:
+                raise ValueError("a claim the database refused")
+            return claim(queues, limit)
+
+        with mock.patch.object(worker.claimer, "claim", side_effect=fails_once):
+            worker._poll_now = True
+            worker._tick()
+
+    assert len(calls) == 2  # the pass's claim, then its claim apart
+    assert Job.objects.filter(status=Status.SUCCEEDED).count() == 1
+    assert not Job.objects.get(pk=buffered.id).claimed_ahead
