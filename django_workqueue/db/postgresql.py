@@ -12,10 +12,11 @@ its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 from ..conf import workqueue_settings as conf
-from ..models import Workflow
+from ..models import FlowLimit, Workflow
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from . import pg_liveness
@@ -40,6 +41,7 @@ from .base import (
     Encoded,
     Ended,
     FlowGroup,
+    FlowHold,
     FlowPick,
     Inserted,
     LivenessToken,
@@ -131,6 +133,20 @@ def _client_cursor_class() -> Any:
 
 
 _ClientCursor: Any = _client_cursor_class()
+
+# The transaction of a limited flow claim open on a connection (``flow_limits_held``), kept on
+# the connection wrapper (a thread's own) while it lasts.
+_HOLD = "_workqueue_flow_hold"
+_SAVEPOINT = "workqueue_flow_claim"
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingHold(FlowHold):
+    begin: str = "BEGIN"
+    end: str = "COMMIT"
+    begun: bool = False
+    ended: bool = False
+
 
 # A prepare threshold no statement reaches by repetition.
 _NEVER_BY_COUNT = 2**62
@@ -402,13 +418,14 @@ class PostgresDriver(Driver):
         on the server (or psycopg2) runs one statement per call: the four go one by one, in a
         transaction (the caller's if there is one).
         """
-        statements = (_PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE)
         with self.connection.cursor() as cursor:
             if isinstance(cursor.cursor, _ClientCursor):
-                cursor.execute("; ".join(statements), params)
-                cursor.nextset()
-                cursor.nextset()
-                return cursor.fetchall()
+                with self._flow_edges(closing=True) as (begin, end):
+                    statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, *end)
+                    cursor.execute("; ".join(statements), params)
+                    for _ in range(len(begin) + 2):
+                        cursor.nextset()
+                    return cursor.fetchall()
         atomic = transaction.atomic(using=self.alias, savepoint=False)
         with atomic, self.connection.cursor() as cursor:
             cursor.execute(_PLAN_SAVE)
@@ -487,6 +504,123 @@ class PostgresDriver(Driver):
         params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit,
                                   "after": after, "first": ""}  # fmt: skip
         return [FlowGroup(*row) for row in self._fetch_in_index_order(sql, params)]
+
+    @contextlib.contextmanager
+    def flow_limits_held(self) -> Iterator[FlowHold]:
+        # The transaction's edges travel with its statements: BEGIN in the lock's round trip,
+        # COMMIT in the last statement's (the claim's, or the starts' write), so a limited
+        # claim costs the walk, the lock and the claim: three round trips, not five. Inside a
+        # caller's transaction, a savepoint the same way (the rows then stay locked until the
+        # caller commits). A cursor that binds on the server sends one statement per call:
+        # there, the generic atomic block.
+        db = self.connection
+        db.ensure_connection()
+        with db.cursor() as cursor:
+            client = isinstance(cursor.cursor, _ClientCursor)
+        if not client or getattr(db, _HOLD, None) is not None:
+            with super().flow_limits_held() as hold:
+                yield hold
+            return
+        if db.in_atomic_block:
+            release = f"RELEASE SAVEPOINT {_SAVEPOINT}"
+            edges = (f"SAVEPOINT {_SAVEPOINT}", release,
+                     f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; {release}")  # fmt: skip
+        else:
+            edges = ("BEGIN", "COMMIT", "ROLLBACK")
+        hold = _PendingHold(begin=edges[0], end=edges[1])
+        setattr(db, _HOLD, hold)
+        try:
+            yield hold
+            if hold.begun and not hold.ended:
+                with db.cursor() as cursor:
+                    cursor.execute(hold.end)
+                hold.ended = True
+        except BaseException:
+            if hold.begun and not hold.ended:
+                # The statement that failed left the transaction (savepoint) open, aborted.
+                with contextlib.suppress(DatabaseError), db.cursor() as cursor:
+                    cursor.execute(edges[2])
+            raise
+        finally:
+            delattr(db, _HOLD)
+
+    @contextlib.contextmanager
+    def _flow_edges(self, closing: bool) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The statements to send before and after the next one of a ``flow_limits_held``
+        transaction: its BEGIN if not sent yet and, when ``closing`` and the claim is the last
+        statement, its COMMIT. Nothing outside such a transaction."""
+        hold = getattr(self.connection, _HOLD, None)
+        if hold is None or hold.ended:
+            yield (), ()
+            return
+        begin = () if hold.begun else (hold.begin,)
+        end = (hold.end,) if closing and hold.claim_last else ()
+        hold.begun = True  # sent: if the statements fail, the transaction is rolled back
+        yield begin, end
+        hold.ended = bool(end)
+
+    def lock_flow_limits(
+        self, keys: Sequence[str], counted: Collection[str]
+    ) -> dict[str, tuple[list[list[float]], int]]:
+        if not keys:
+            return {}
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        # The rows made for keys seen for the first time (a conflict: another session made
+        # it meanwhile, and has it: the key is left alone this time) and the others locked
+        # (SKIP LOCKED), in key order, by one statement. The running jobs are counted by the
+        # next statement: its snapshot is taken after the locks, so it sees every claim of
+        # these keys that committed before them (this statement's own snapshot, taken before
+        # its first lock, could miss one committed in between).
+        lock = (
+            f"WITH made AS (INSERT INTO {limits} AS l (key, starts) "
+            f"SELECT u.key, '[]'::jsonb FROM unnest(%(keys)s::text[]) AS u(key) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
+            f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
+            f"held AS (SELECT l.key, l.starts FROM {limits} AS l "
+            f"WHERE l.key = ANY(%(keys)s::text[]) ORDER BY l.key FOR UPDATE OF l SKIP LOCKED) "
+            f"SELECT key, starts FROM made UNION ALL SELECT key, starts FROM held"
+        )
+        count = (
+            f"SELECT u.key, (SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"AND j.flow_key IS NOT NULL AND j.flow_key = u.key) "
+            f"FROM unnest(%(counted)s::text[]) AS u(key)"
+        )
+        counted = [key for key in keys if key in counted]
+        params = {"keys": list(keys), "counted": counted}
+        with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
+            if isinstance(cursor.cursor, _ClientCursor):
+                cursor.execute("; ".join((*begin, lock, count)), params)
+                for _ in begin:
+                    cursor.nextset()
+                rows = cursor.fetchall()
+                cursor.nextset()
+                running = dict(cursor.fetchall())
+            else:
+                cursor.execute(lock, params)
+                rows = cursor.fetchall()
+                cursor.execute(count, params)
+                running = dict(cursor.fetchall())
+        return {
+            key: (json.loads(starts) if isinstance(starts, str) else starts or [],
+                  int(running.get(key, 0)))
+            for key, starts in rows
+        }  # fmt: skip
+
+    def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
+        if not starts:
+            return
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        sql = (
+            f"UPDATE {limits} AS l SET starts = v.starts, updated_at = {CLOCK} "
+            f"FROM jsonb_to_recordset(%(rows)s::jsonb) AS v(key text, starts jsonb) "
+            f"WHERE l.key = v.key"
+        )
+        rows = json.dumps([{"key": key, "starts": value} for key, value in starts.items()])
+        hold = getattr(self.connection, _HOLD, None)
+        if hold is not None:
+            hold.claim_last = True  # this write is the last statement now
+        with self.connection.cursor() as cursor, self._flow_edges(closing=True) as (begin, end):
+            cursor.execute("; ".join((*begin, sql, *end)), {"rows": rows})
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None

@@ -27,11 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import transaction
-from django.db.models.functions import Now
-
-from ..db import ClaimedJob, Driver, FlowGroup, FlowPick
-from ..models import FlowLimit
+from ..db import ClaimedJob, Driver, FlowGroup, FlowHold, FlowPick
 from ..registry import TaskSpec, find_task, registered_tasks
 from .keys import BATCH, LIMIT
 
@@ -72,8 +68,8 @@ class FlowClaimer:
         if not groups:
             jobs = []
         elif limits:
-            with transaction.atomic(using=self.driver.alias):
-                jobs = self._claim_limited(groups, limits, limit, now)
+            with self.driver.flow_limits_held() as hold:
+                jobs = self._claim_limited(hold, groups, limits, limit, now)
         else:
             jobs = self._claim(groups, {}, limit, now)
         # Full: the next claim starts after the last key served. Short (keys at their limit,
@@ -117,22 +113,17 @@ class FlowClaimer:
 
     def _claim_limited(
         self,
+        hold: FlowHold,
         groups: list[FlowGroup],
         limits: dict[str, TaskSpec],
         limit: int,
         now: datetime | None,
     ) -> list[ClaimedJob]:
-        alias = self.driver.alias
         keys = sorted(limits)
         counted = {key for key in keys if limits[key].concurrency is not None}
-        # One statement: the rows locked, their starts and their keys' running jobs.
+        # The rows locked (made for keys seen for the first time), their starts and their
+        # keys' running jobs: one round trip on PostgreSQL, with the transaction's start.
         locked = self.driver.lock_flow_limits(keys, counted)
-        missing = [key for key in keys if key not in locked]
-        if missing:  # new keys get their row; a key another worker holds is skipped again
-            FlowLimit.objects.using(alias).bulk_create(
-                [FlowLimit(key=key) for key in missing], ignore_conflicts=True
-            )
-            locked.update(self.driver.lock_flow_limits(missing, counted))
         rated = [key for key in locked if limits[key].rate is not None]
         if rated and now is None:
             # The starts are stamped with this clock, and the claim uses it as the jobs'
@@ -156,18 +147,20 @@ class FlowClaimer:
                 if free <= 0 and recent:
                     self._held_until(recent[0][0] + spec.rate.period - clock)
             room[key] = max(0, free)
+        # No starts to write after the claim: the claim may end the transaction (its COMMIT in
+        # the same round trip).
+        hold.claim_last = not rated
         jobs = self._claim(groups, room, limit, now)
         started: dict[str, int] = {}
         for job in jobs:
             if job.flow_key in rated:
                 started[job.flow_key] = started.get(job.flow_key, 0) + 1
-        for key in rated:  # a few keys: one small write each, only when something changed
+        changed = {}
+        for key in rated:  # written only when something changed
             count = started.get(key, 0)
             if count or len(kept[key]) != len(locked[key][0]):
-                starts = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
-                FlowLimit.objects.using(alias).filter(key=key).update(
-                    starts=starts, updated_at=Now()
-                )
+                changed[key] = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
+        self.driver.write_flow_starts(changed)
         return jobs
 
     def _held_until(self, seconds: float) -> None:
