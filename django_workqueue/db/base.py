@@ -238,13 +238,23 @@ class FlowGroup:
     """The task of the key's first ready job (a limit key belongs to one task)."""
 
 
-@dataclasses.dataclass(slots=True)
 class FlowHold:
-    """The transaction of one limited flow claim (``Driver.flow_limits_held``)."""
+    """The transaction of one limited flow claim (``Driver.flow_limits_held``), begun when
+    its first row is to be locked."""
 
     claim_last: bool = False
     """The claim is its last statement (no starts to write after it): a driver may end the
     transaction in the claim's round trip."""
+
+    def __init__(self, begin: Callable[[], object] | None = None) -> None:
+        self._begin = begin
+
+    def begin(self) -> None:
+        """Begin the transaction now, if not begun yet (a driver that sends its BEGIN with
+        the next statement does nothing here)."""
+        if self._begin is not None:
+            self._begin()
+            self._begin = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -548,8 +558,29 @@ class Driver(abc.ABC):
         ``claim_flow`` and ``write_flow_starts`` run inside it, and the rows stay locked until
         it ends. Inside a caller's transaction, a savepoint of it: a failed claim rolls back
         alone, and the rows stay locked until the caller's transaction ends."""
-        with transaction.atomic(using=self.alias):
-            yield FlowHold()
+        with contextlib.ExitStack() as stack:
+            yield FlowHold(lambda: stack.enter_context(transaction.atomic(using=self.alias)))
+
+    def walk_flow_limits(
+        self,
+        hold: FlowHold,
+        queues: Sequence[str],
+        after: str,
+        limit: int,
+        limited: Mapping[str, bool],
+        prefix: str,
+    ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
+        """``flow_keys``, then ``lock_flow_limits`` of the walked keys that start with
+        ``prefix`` and whose task is in ``limited`` (task name: whether its running jobs are
+        counted), inside ``hold``. The generic version walks outside the transaction and
+        begins it only when there are rows to lock."""
+        walked = self.flow_keys(queues, after, limit)
+        keys = {g.key: limited[g.task_name] for g in walked
+                if g.task_name in limited and g.key.startswith(prefix)}  # fmt: skip
+        if not keys:
+            return walked, {}
+        hold.begin()
+        return walked, self.lock_flow_limits(sorted(keys), {k for k, n in keys.items() if n})
 
     def lock_flow_limits(
         self, keys: Sequence[str], counted: Collection[str]

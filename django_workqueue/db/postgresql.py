@@ -12,7 +12,6 @@ its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …``
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import threading
@@ -138,14 +137,22 @@ _ClientCursor: Any = _client_cursor_class()
 # the connection wrapper (a thread's own) while it lasts.
 _HOLD = "_workqueue_flow_hold"
 _SAVEPOINT = "workqueue_flow_claim"
+# The limit keys a walk locked whose running jobs the next statement counts (transaction-local).
+_COUNTED = "workqueue.flow_counted"
 
 
-@dataclasses.dataclass(slots=True)
+def _starts(value: Any) -> list[list[float]]:
+    """A ``FlowLimit.starts`` as read (Django leaves jsonb as text)."""
+    return json.loads(value) if isinstance(value, str) else value or []
+
+
 class _PendingHold(FlowHold):
-    begin: str = "BEGIN"
-    end: str = "COMMIT"
-    begun: bool = False
-    ended: bool = False
+    """A hold whose BEGIN and COMMIT (or SAVEPOINT and RELEASE) go with its statements."""
+
+    def __init__(self, begin: str, end: str) -> None:
+        super().__init__()
+        self.start, self.end = begin, end
+        self.begun = self.ended = False
 
 
 # A prepare threshold no statement reaches by repetition.
@@ -468,7 +475,11 @@ class PostgresDriver(Driver):
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
-    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+    def _flow_walk(
+        self, queues: Sequence[str], after: str, limit: int
+    ) -> tuple[str, str, dict[str, Any]]:
+        """The walk of ``flow_keys``: its CTEs, the SELECT of its groups, its parameters."""
+
         # A skip scan of wq_job_flow: each step seeks the first ready row of a key greater
         # than the last one found (one index probe per key), so a claim costs the same next
         # to thousands of keys and millions of jobs as next to one. Two walks, from the cursor
@@ -497,13 +508,75 @@ class PostgresDriver(Driver):
             f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
             f"{walk('ahead', '%(after)s', 'true')}, "
-            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')} "
-            f"SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
-            f"LIMIT %(limit)s"
+            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')}"
+        )
+        walked = (
+            "SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
+            "LIMIT %(limit)s"
         )
         params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit,
                                   "after": after, "first": ""}  # fmt: skip
-        return [FlowGroup(*row) for row in self._fetch_in_index_order(sql, params)]
+        return sql, walked, params
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        walks, walked, params = self._flow_walk(queues, after, limit)
+        rows = self._fetch_in_index_order(f"{walks} {walked}", params)
+        return [FlowGroup(*row) for row in rows]
+
+    def walk_flow_limits(
+        self,
+        hold: FlowHold,
+        queues: Sequence[str],
+        after: str,
+        limit: int,
+        limited: Mapping[str, bool],
+        prefix: str,
+    ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
+        if getattr(self.connection, _HOLD, None) is not hold:  # the generic atomic block
+            return super().walk_flow_limits(hold, queues, after, limit, limited, prefix)
+        # One round trip: BEGIN, the walk with the lock of its limit keys' rows (made for keys
+        # seen for the first time) in one statement, and the count of their running jobs in
+        # the next (see lock_flow_limits), which finds the keys the first locked in a
+        # transaction-local setting.
+        walks, walked, params = self._flow_walk(queues, after, limit)
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        sql = (
+            f"{walks}, walked AS MATERIALIZED (SELECT w.*, row_number() OVER () AS n "
+            f"FROM ({walked}) AS w), "
+            f"wanted AS MATERIALIZED (SELECT DISTINCT key, task = ANY(%(counted)s::text[]) "
+            f"AS counted FROM walked WHERE task = ANY(%(limited)s::text[]) "
+            f"AND starts_with(key, %(prefix)s)), "
+            f"{self._lock_limits(limits, '(SELECT key FROM wanted)')}, "
+            f"stash AS (SELECT set_config('{_COUNTED}', COALESCE((SELECT jsonb_agg(l.key) "
+            f"FROM locked AS l JOIN wanted AS k ON k.key = l.key WHERE k.counted), "
+            f"'[]')::text, true) AS done) "
+            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts "
+            f"FROM walked AS w CROSS JOIN stash LEFT JOIN locked AS l ON l.key = w.key "
+            f"ORDER BY w.n"
+        )
+        # An empty walk may never read `stash`: the setting is then unset, or empty, or a
+        # previous claim's in this transaction; only the keys locked now are read from it.
+        count = self._count_running(
+            f"jsonb_array_elements_text(COALESCE(NULLIF(current_setting('{_COUNTED}', true), "
+            f"''), '[]')::jsonb)"
+        )
+        params.update(
+            limited=[name for name in limited], counted=[n for n, c in limited.items() if c],
+            prefix=prefix,
+        )  # fmt: skip
+        with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
+            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, count)
+            cursor.execute("; ".join(statements), params)
+            for _ in range(len(begin) + 2):
+                cursor.nextset()
+            rows = cursor.fetchall()
+            cursor.nextset()
+            cursor.nextset()
+            running = dict(cursor.fetchall())
+        groups = [FlowGroup(queue, key, task) for queue, key, task, _, _ in rows]
+        locked = {key: (_starts(starts), int(running.get(key, 0)))
+                  for _, key, _, held, starts in rows if held}  # fmt: skip
+        return groups, locked
 
     @contextlib.contextmanager
     def flow_limits_held(self) -> Iterator[FlowHold]:
@@ -553,7 +626,7 @@ class PostgresDriver(Driver):
         if hold is None or hold.ended:
             yield (), ()
             return
-        begin = () if hold.begun else (hold.begin,)
+        begin = () if hold.begun else (hold.start,)
         end = (hold.end,) if closing and hold.claim_last else ()
         hold.begun = True  # sent: if the statements fail, the transaction is rolled back
         yield begin, end
@@ -565,26 +638,13 @@ class PostgresDriver(Driver):
         if not keys:
             return {}
         limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
-        # The rows made for keys seen for the first time (a conflict: another session made
-        # it meanwhile, and has it: the key is left alone this time) and the others locked
-        # (SKIP LOCKED), in key order, by one statement. The running jobs are counted by the
-        # next statement: its snapshot is taken after the locks, so it sees every claim of
-        # these keys that committed before them (this statement's own snapshot, taken before
-        # its first lock, could miss one committed in between).
+        # The rows made for keys seen for the first time and the others locked, by one
+        # statement; the running jobs counted by the next (see _lock_limits).
         lock = (
-            f"WITH made AS (INSERT INTO {limits} AS l (key, starts) "
-            f"SELECT u.key, '[]'::jsonb FROM unnest(%(keys)s::text[]) AS u(key) "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
-            f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
-            f"held AS (SELECT l.key, l.starts FROM {limits} AS l "
-            f"WHERE l.key = ANY(%(keys)s::text[]) ORDER BY l.key FOR UPDATE OF l SKIP LOCKED) "
-            f"SELECT key, starts FROM made UNION ALL SELECT key, starts FROM held"
+            f"WITH {self._lock_limits(limits, '(SELECT unnest(%(keys)s::text[]))')} "
+            f"SELECT key, starts FROM locked"
         )
-        count = (
-            f"SELECT u.key, (SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
-            f"AND j.flow_key IS NOT NULL AND j.flow_key = u.key) "
-            f"FROM unnest(%(counted)s::text[]) AS u(key)"
-        )
+        count = self._count_running("unnest(%(counted)s::text[])")
         counted = [key for key in keys if key in counted]
         params = {"keys": list(keys), "counted": counted}
         with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
@@ -600,11 +660,32 @@ class PostgresDriver(Driver):
                 rows = cursor.fetchall()
                 cursor.execute(count, params)
                 running = dict(cursor.fetchall())
-        return {
-            key: (json.loads(starts) if isinstance(starts, str) else starts or [],
-                  int(running.get(key, 0)))
-            for key, starts in rows
-        }  # fmt: skip
+        return {key: (_starts(starts), int(running.get(key, 0))) for key, starts in rows}
+
+    def _lock_limits(self, limits: str, keys: str) -> str:
+        """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery), in key order:
+        ``locked(key, starts)``. Rows of keys seen for the first time are made (a conflict:
+        another session made it meanwhile, and has it: the key is left alone this time), the
+        others locked SKIP LOCKED. Running jobs are counted by the next statement
+        (``_count_running``): its snapshot is taken after the locks, so it sees every claim of
+        these keys that committed before them; this statement's own snapshot, taken before its
+        first lock, could miss one committed in between."""
+        return (
+            f"made AS (INSERT INTO {limits} AS l (key, starts) "
+            f"SELECT u.key, '[]'::jsonb FROM {keys} AS u(key) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
+            f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
+            f"held AS (SELECT l.key, l.starts FROM {limits} AS l WHERE l.key IN {keys} "
+            f"ORDER BY l.key FOR UPDATE OF l SKIP LOCKED), "
+            f"locked AS MATERIALIZED (SELECT key, starts FROM made "
+            f"UNION ALL SELECT key, starts FROM held)"
+        )
+
+    def _count_running(self, keys: str) -> str:
+        return (
+            f"SELECT u.key, (SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"AND j.flow_key IS NOT NULL AND j.flow_key = u.key) FROM {keys} AS u(key)"
+        )
 
     def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
         if not starts:

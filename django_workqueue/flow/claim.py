@@ -5,10 +5,12 @@ the plain one. Each call:
 
 1. walks the flow keys with ready jobs from a rotating cursor (``Driver.flow_keys``: one index
    probe per key, at most ``limit + 8`` keys, however many there are);
-2. for the limit keys among them, in one transaction: locks their ``FlowLimit`` rows, made on
-   a key's first claim (``SKIP LOCKED``: a key another worker is claiming right now is left to
-   it this time), counts the key's running jobs and its starts within the rate's period, and
-   so knows how many jobs each key may start;
+2. for the limit keys among them, in one transaction (``Driver.flow_limits_held``): locks
+   their ``FlowLimit`` rows, made on a key's first claim (``SKIP LOCKED``: a key another
+   worker is claiming right now is left to it this time), counts the key's running jobs and
+   its starts within the rate's period, and so knows how many jobs each key may start. A
+   worker that knows limited tasks walks and locks with one call
+   (``Driver.walk_flow_limits``): on PostgreSQL one round trip, with the transaction's BEGIN;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10;
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
@@ -16,8 +18,9 @@ the plain one. Each call:
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
 counts and claims, and commits before the next can count. A crashed worker's running jobs count
 until the reaper ends their lease, so its slots come back with its leases, never later.
-A claim that involves no limit key (fairness alone) takes no transaction: ``claim_flow`` is one
-statement.
+On PostgreSQL a limited claim is two round trips: BEGIN, the walk, the lock and the count;
+then the claim and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
+A worker that knows no limited task takes no transaction: the walk, then ``claim_flow``.
 """
 
 from __future__ import annotations
@@ -62,16 +65,17 @@ class FlowClaimer:
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
-        walked = self.driver.flow_keys(queues, self.cursor, min(limit + _EXTRA_KEYS, _MAX_KEYS))
-        groups = [g for g in walked if _claimable(g)]
-        limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
-        if not groups:
-            jobs = []
-        elif limits:
+        steps = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        limited = _limited_tasks()
+        if limited:
             with self.driver.flow_limits_held() as hold:
-                jobs = self._claim_limited(hold, groups, limits, limit, now)
+                walked, locked = self.driver.walk_flow_limits(
+                    hold, queues, self.cursor, steps, limited, LIMIT
+                )
+                jobs = self._claim_walked(walked, limit, now, hold, locked)
         else:
-            jobs = self._claim(groups, {}, limit, now)
+            walked = self.driver.flow_keys(queues, self.cursor, steps)
+            jobs = self._claim_walked(walked, limit, now)
         # Full: the next claim starts after the last key served. Short (keys at their limit,
         # or too few): after the last key walked, so that a claim never walks the same full
         # keys again while keys further on have room.
@@ -80,6 +84,25 @@ class FlowClaimer:
         elif walked:
             self.cursor = walked[-1].key
         return jobs
+
+    def _claim_walked(
+        self,
+        walked: list[FlowGroup],
+        limit: int,
+        now: datetime | None,
+        hold: FlowHold | None = None,
+        locked: dict[str, tuple[list[list[float]], int]] | None = None,
+    ) -> list[ClaimedJob]:
+        groups = [g for g in walked if _claimable(g)]
+        limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
+        if not groups:
+            return []
+        if hold is None or not limits:
+            if hold is not None:
+                hold.claim_last = True
+            return self._claim(groups, {}, limit, now)
+        held = {key: row for key, row in (locked or {}).items() if key in limits}
+        return self._claim_limited(hold, groups, limits, held, limit, now)
 
     def _claim(
         self,
@@ -116,14 +139,12 @@ class FlowClaimer:
         hold: FlowHold,
         groups: list[FlowGroup],
         limits: dict[str, TaskSpec],
+        locked: dict[str, tuple[list[list[float]], int]],
         limit: int,
         now: datetime | None,
     ) -> list[ClaimedJob]:
-        keys = sorted(limits)
-        counted = {key for key in keys if limits[key].concurrency is not None}
-        # The rows locked (made for keys seen for the first time), their starts and their
-        # keys' running jobs: one round trip on PostgreSQL, with the transaction's start.
-        locked = self.driver.lock_flow_limits(keys, counted)
+        # ``locked``: the rows the walk locked (made for keys seen for the first time), their
+        # starts and their keys' running jobs.
         rated = [key for key in locked if limits[key].rate is not None]
         if rated and now is None:
             # The starts are stamped with this clock, and the claim uses it as the jobs'
@@ -174,6 +195,16 @@ def uses_flow_claim() -> bool:
         spec.concurrency is not None or spec.rate is not None or spec.fair_key is not None
         for spec in (task.spec for task in registered_tasks().values())
     )
+
+
+def _limited_tasks() -> dict[str, bool]:
+    """The registered tasks with limits: {name: whether it has ``concurrency=`` (its running
+    jobs are counted)}."""
+    return {
+        name: task.spec.concurrency is not None
+        for name, task in registered_tasks().items()
+        if task.spec.concurrency is not None or task.spec.rate is not None
+    }
 
 
 def _claimable(group: FlowGroup) -> bool:

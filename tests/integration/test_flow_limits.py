@@ -200,9 +200,10 @@ class TestCost:
         on_limits = [q for q in claim.captured_queries if FLOW_LIMIT_TABLE in q["sql"]]
         assert len(on_limits) == (1 if connection.vendor == "postgresql" else 2)
 
+    @pytest.mark.django_db(transaction=True)
     def test_a_limited_claim_sends_its_statements_with_the_transactions_edges(self):
-        # PostgreSQL: the walk, then BEGIN with the rows' lock and count, then the claim with
-        # COMMIT: three round trips (BEGIN and COMMIT on their own made five).
+        # PostgreSQL: BEGIN with the walk, the rows' lock and the count; then the claim with
+        # COMMIT: two round trips (main: the walk, BEGIN, the lock, the claim, COMMIT).
         tasks.two_at_a_time.enqueue_many([((), {})] * 4)
         flow = claimer()
         flow.claim(["default"], 1)  # the key's row is made
@@ -212,9 +213,9 @@ class TestCost:
 
         statements = [q["sql"] for q in claim.captured_queries]
         if connection.vendor == "postgresql":
-            assert len(statements) == 3
-            assert statements[1].startswith("SAVEPOINT")  # the test's transaction: a savepoint
-            assert statements[2].endswith("RELEASE SAVEPOINT workqueue_flow_claim")
+            assert len(statements) == 2
+            assert statements[0].startswith("BEGIN;") and FLOW_LIMIT_TABLE in statements[0]
+            assert statements[1].endswith("; COMMIT")
         else:
             assert len([s for s in statements if FLOW_LIMIT_TABLE in s]) == 1
 
@@ -252,6 +253,21 @@ def test_a_failed_limited_claim_leaves_no_transaction_open_nor_its_keys_locked(m
     thread.start()
     thread.join(30)
     assert other == [2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_finds_no_keys_ends_its_transaction():
+    connection.close()  # a new session: nothing set on it by an earlier claim
+    flow = claimer()
+
+    assert flow.claim(["default"], 4) == []
+    assert not connection.in_atomic_block
+    if connection.vendor == "postgresql":
+        from psycopg import pq
+
+        assert connection.connection.info.transaction_status == pq.TransactionStatus.IDLE
+    tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+    assert len(flow.claim(["default"], 4)) == 2
 
 
 @pytest.mark.django_db(transaction=True)
