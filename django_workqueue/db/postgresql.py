@@ -663,7 +663,7 @@ class PostgresDriver(Driver):
         return {key: (_starts(starts), int(running.get(key, 0))) for key, starts in rows}
 
     def _lock_limits(self, limits: str, keys: str) -> str:
-        """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery), in key order:
+        """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery):
         ``locked(key, starts)``. Rows of keys seen for the first time are made (a conflict:
         another session made it meanwhile, and has it: the key is left alone this time), the
         others locked SKIP LOCKED. Running jobs are counted by the next statement
@@ -675,8 +675,10 @@ class PostgresDriver(Driver):
             f"SELECT u.key, '[]'::jsonb FROM {keys} AS u(key) "
             f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
             f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
+            # No ORDER BY: SKIP LOCKED never waits, so the order cannot deadlock, and under
+            # the walk's settings (sorts off) the order would read every row of the table.
             f"held AS (SELECT l.key, l.starts FROM {limits} AS l WHERE l.key IN {keys} "
-            f"ORDER BY l.key FOR UPDATE OF l SKIP LOCKED), "
+            f"FOR UPDATE OF l SKIP LOCKED), "
             f"locked AS MATERIALIZED (SELECT key, starts FROM made "
             f"UNION ALL SELECT key, starts FROM held)"
         )
