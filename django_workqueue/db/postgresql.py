@@ -594,7 +594,7 @@ class PostgresDriver(Driver):
             with super().flow_limits_held() as hold:
                 yield hold
             return
-        if db.in_atomic_block:
+        if db.in_atomic_block or not db.get_autocommit():
             release = f"RELEASE SAVEPOINT {_SAVEPOINT}"
             edges = (f"SAVEPOINT {_SAVEPOINT}", release,
                      f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; {release}")  # fmt: skip
