@@ -246,6 +246,9 @@ class FlowHold:
     """The claim is its last statement (no starts to write after it): a driver may end the
     transaction in the claim's round trip."""
 
+    clock: datetime | None = None
+    """The database's clock when the rows were locked, if the driver read it with them."""
+
     def __init__(self, begin: Callable[[], object] | None = None) -> None:
         self._begin = begin
 

@@ -550,7 +550,7 @@ class PostgresDriver(Driver):
             f"stash AS (SELECT set_config('{_COUNTED}', COALESCE((SELECT jsonb_agg(l.key) "
             f"FROM locked AS l JOIN wanted AS k ON k.key = l.key WHERE k.counted), "
             f"'[]')::text, true) AS done) "
-            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts "
+            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts, {CLOCK} "
             f"FROM walked AS w CROSS JOIN stash LEFT JOIN locked AS l ON l.key = w.key "
             f"ORDER BY w.n"
         )
@@ -573,9 +573,10 @@ class PostgresDriver(Driver):
             cursor.nextset()
             cursor.nextset()
             running = dict(cursor.fetchall())
-        groups = [FlowGroup(queue, key, task) for queue, key, task, _, _ in rows]
+        groups = [FlowGroup(queue, key, task) for queue, key, task, *_ in rows]
         locked = {key: (_starts(starts), int(running.get(key, 0)))
-                  for _, key, _, held, starts in rows if held}  # fmt: skip
+                  for _, key, _, held, starts, _ in rows if held}  # fmt: skip
+        hold.clock = rows[0][5] if rows else None  # a rate's clock: no round trip of its own
         return groups, locked
 
     @contextlib.contextmanager

@@ -148,8 +148,9 @@ class FlowClaimer:
         rated = [key for key in locked if limits[key].rate is not None]
         if rated and now is None:
             # The starts are stamped with this clock, and the claim uses it as the jobs'
-            # started_at: the limit's timeline and the jobs' are one.
-            now = self.driver.now()
+            # started_at: the limit's timeline and the jobs' are one. (PostgreSQL read it with
+            # the locks.)
+            now = hold.clock or self.driver.now()
         clock = now.timestamp() if rated and now is not None else 0.0
         room: dict[str, int] = {}
         kept: dict[str, list[list[float]]] = {}  # rated keys: their starts still in the period

@@ -219,6 +219,25 @@ class TestCost:
         else:
             assert len([s for s in statements if FLOW_LIMIT_TABLE in s]) == 1
 
+    @pytest.mark.django_db(transaction=True)
+    def test_a_rate_limited_claim_writes_its_starts_with_the_commit(self):
+        # PostgreSQL: the walk (with the database's clock), the claim, then the starts' write
+        # with COMMIT: three round trips (main: six, and one more for the clock).
+        tasks.twenty_a_second.enqueue_many([((n,), {}) for n in range(4)])
+        flow = claimer()
+        flow.claim(["default"], 1)  # the key's row is made
+
+        with CaptureQueriesContext(connection) as claim:
+            assert len(flow.claim(["default"], 1)) == 1
+
+        statements = [q["sql"] for q in claim.captured_queries]
+        [limit] = FlowLimit.objects.all()
+        assert sum(n for _, n in limit.starts) == 2
+        if connection.vendor == "postgresql":
+            assert len(statements) == 3
+            assert statements[0].startswith("BEGIN;")
+            assert statements[2].startswith("UPDATE") and statements[2].endswith("; COMMIT")
+
 
 FLOW_LIMIT_TABLE = FlowLimit._meta.db_table
 
