@@ -536,7 +536,7 @@ class PostgresDriver(Driver):
             return super().walk_flow_limits(hold, queues, after, limit, limited, prefix)
         # One round trip: BEGIN, the walk with the lock of its limit keys' rows (made for keys
         # seen for the first time) in one statement, and the count of their running jobs in
-        # the next (see lock_flow_limits), which finds the keys the first locked in a
+        # the next (see _lock_limits), which finds the keys the first locked in a
         # transaction-local setting.
         walks, walked, params = self._flow_walk(queues, after, limit)
         limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
@@ -581,9 +581,9 @@ class PostgresDriver(Driver):
 
     @contextlib.contextmanager
     def flow_limits_held(self) -> Iterator[FlowHold]:
-        # The transaction's edges travel with its statements: BEGIN in the lock's round trip,
-        # COMMIT in the last statement's (the claim's, or the starts' write), so a limited
-        # claim costs the walk, the lock and the claim: three round trips, not five. Inside a
+        # The transaction's edges travel with its statements: BEGIN in the walk's and lock's
+        # round trip, COMMIT in the last statement's (the claim's, or the starts' write), so a
+        # limited claim costs two round trips, not five (three with a rate). Inside a
         # caller's transaction, a savepoint the same way (the rows then stay locked until the
         # caller commits). A cursor that binds on the server sends one statement per call:
         # there, the generic atomic block.
