@@ -624,8 +624,11 @@ class PostgresDriver(Driver):
         transaction: its BEGIN if not sent yet and, when ``closing`` and the claim is the last
         statement, its COMMIT. Nothing outside such a transaction."""
         hold = getattr(self.connection, _HOLD, None)
-        if hold is None or hold.ended:
+        alone = hold is not None and not hold.begun and closing and hold.claim_last
+        if hold is None or hold.ended or alone:  # alone: the transaction's only statement
             yield (), ()
+            if hold is not None and alone:
+                hold.ended = True
             return
         begin = () if hold.begun else (hold.start,)
         end = (hold.end,) if closing and hold.claim_last else ()

@@ -49,6 +49,7 @@ class FlowClaimer:
         self.cursor = ""  # the last key walked: the next claim starts after it
         self.retry_at: float | None = None
         """Monotonic time at which a rate limit that held jobs back frees a start, if any."""
+        self._limits_met = True  # whether the last walk met limit keys (at first: assume so)
         self.held = False
         """Whether a claim since ``begin_pass`` left ready jobs of a key at its limit (or
         claimed by another worker at the same moment): work remains that a later claim may
@@ -67,15 +68,23 @@ class FlowClaimer:
             return []
         steps = min(limit + _EXTRA_KEYS, _MAX_KEYS)
         limited = _limited_tasks()
-        if limited:
+        if limited and self._limits_met:
+            # The last walk met limit keys: walk and lock them together (PostgreSQL: one
+            # round trip, BEGIN included).
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
                     hold, queues, self.cursor, steps, limited, LIMIT
                 )
                 jobs = self._claim_walked(walked, limit, now, hold, locked)
         else:
+            # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
+            # takes no transaction and carries no lock; limit keys it meets are locked after.
             walked = self.driver.flow_keys(queues, self.cursor, steps)
-            jobs = self._claim_walked(walked, limit, now)
+            with self.driver.flow_limits_held() as hold:
+                jobs = self._claim_walked(walked, limit, now, hold)
+        self._limits_met = any(
+            group.task_name in limited and group.key.startswith(LIMIT) for group in walked
+        )
         # Full: the next claim starts after the last key served. Short (keys at their limit,
         # or too few): after the last key walked, so that a claim never walks the same full
         # keys again while keys further on have room.
@@ -90,18 +99,22 @@ class FlowClaimer:
         walked: list[FlowGroup],
         limit: int,
         now: datetime | None,
-        hold: FlowHold | None = None,
+        hold: FlowHold,
         locked: dict[str, tuple[list[list[float]], int]] | None = None,
     ) -> list[ClaimedJob]:
         groups = [g for g in walked if _claimable(g)]
         limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
         if not groups:
             return []
-        if hold is None or not limits:
-            if hold is not None:
-                hold.claim_last = True
+        if not limits:
+            hold.claim_last = True
             return self._claim(groups, {}, limit, now)
-        held = {key: row for key, row in (locked or {}).items() if key in limits}
+        if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
+            hold.begin()
+            keys = sorted(limits)
+            counted = {key for key in keys if limits[key].concurrency is not None}
+            locked = self.driver.lock_flow_limits(keys, counted)
+        held = {key: row for key, row in locked.items() if key in limits}
         return self._claim_limited(hold, groups, limits, held, limit, now)
 
     def _claim(

@@ -238,6 +238,35 @@ class TestCost:
             assert statements[0].startswith("BEGIN;")
             assert statements[2].startswith("UPDATE") and statements[2].endswith("; COMMIT")
 
+    @pytest.mark.django_db(transaction=True)
+    def test_a_walk_that_meets_only_tenants_takes_no_transaction_and_locks_nothing(self):
+        # The worker knows limited tasks; once a walk met none of their keys, the next walks
+        # alone, as a worker without limits does.
+        tasks.tenant_work.enqueue_many([((f"t{n}",), {}) for n in range(8)])
+        flow = claimer()
+        flow.claim(["default"], 2)
+
+        with CaptureQueriesContext(connection) as claim:
+            assert len(flow.claim(["default"], 2)) == 2
+
+        statements = [q["sql"] for q in claim.captured_queries]
+        edges = ("BEGIN", "COMMIT", "SAVEPOINT")
+        assert not [s for s in statements if FLOW_LIMIT_TABLE in s or s.startswith(edges)]
+        assert not [s for s in statements if s.endswith(("; COMMIT", "RELEASE SAVEPOINT"))]
+        if connection.vendor == "postgresql":
+            assert len(statements) == 2
+
+    def test_limit_keys_met_after_walks_of_tenants_only_are_limited(self):
+        tasks.tenant_work.enqueue_many([(("t1",), {})])
+        flow = claimer()
+        assert len(flow.claim(["default"], 4)) == 1
+        assert flow.claim(["default"], 4) == []  # this walk met no limit key
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+
+        assert len(flow.claim(["default"], 10)) == 2  # walked alone, then locked
+        assert flow.claim(["default"], 10) == []  # walked and locked together
+        assert Job.objects.filter(status="running").count() == 3
+
 
 FLOW_LIMIT_TABLE = FlowLimit._meta.db_table
 
