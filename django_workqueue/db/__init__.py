@@ -13,6 +13,7 @@ from .base import (
     Ended,
     Expired,
     FlowGroup,
+    FlowHold,
     FlowPick,
     Inserted,
     LivenessToken,
@@ -24,7 +25,8 @@ from .base import (
 )
 
 __all__ = [
-    "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowPick",
+    "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowHold",
+    "FlowPick",
     "Inserted", "LivenessToken", "NewJob", "Outcome",
     "OutcomeKind",
     "Progress", "Recorded", "Timing", "WorkerWatch", "driver_class", "driver_for",

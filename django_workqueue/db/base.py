@@ -12,12 +12,12 @@ import abc
 import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.checks import CheckMessage
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
@@ -236,6 +236,28 @@ class FlowGroup:
     key: str
     task_name: str
     """The task of the key's first ready job (a limit key belongs to one task)."""
+
+
+class FlowHold:
+    """The transaction of one limited flow claim (``Driver.flow_limits_held``), begun when
+    its first row is to be locked."""
+
+    claim_last: bool = False
+    """The claim is its last statement (no starts to write after it): a driver may end the
+    transaction in the claim's round trip."""
+
+    clock: datetime | None = None
+    """The database's clock when the rows were locked, if the driver read it with them."""
+
+    def __init__(self, begin: Callable[[], object] | None = None) -> None:
+        self._begin = begin
+
+    def begin(self) -> None:
+        """Begin the transaction now, if not begun yet (a driver that sends its BEGIN with
+        the next statement does nothing here)."""
+        if self._begin is not None:
+            self._begin()
+            self._begin = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -568,14 +590,45 @@ class Driver(abc.ABC):
             groups.append(FlowGroup(queue, key, row[1]))
         return groups
 
+    @contextlib.contextmanager
+    def flow_limits_held(self) -> Iterator[FlowHold]:
+        """The transaction of a limited flow claim (``flow/claim.py``): ``lock_flow_limits``,
+        ``claim_flow`` and ``write_flow_starts`` run inside it, and the rows stay locked until
+        it ends. Inside a caller's transaction, a savepoint of it: a failed claim rolls back
+        alone, and the rows stay locked until the caller's transaction ends."""
+        with contextlib.ExitStack() as stack:
+            yield FlowHold(lambda: stack.enter_context(transaction.atomic(using=self.alias)))
+
+    def walk_flow_limits(
+        self,
+        hold: FlowHold,
+        queues: Sequence[str],
+        after: str,
+        limit: int,
+        limited: Mapping[str, bool],
+        prefix: str,
+    ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
+        """``flow_keys``, then ``lock_flow_limits`` of the walked keys that start with
+        ``prefix`` and whose task is in ``limited`` (task name: whether its running jobs are
+        counted), inside ``hold``. The generic version walks outside the transaction and
+        begins it only when there are rows to lock."""
+        walked = self.flow_keys(queues, after, limit)
+        keys = {g.key: limited[g.task_name] for g in walked
+                if g.task_name in limited and g.key.startswith(prefix)}  # fmt: skip
+        if not keys:
+            return walked, {}
+        hold.begin()
+        return walked, self.lock_flow_limits(sorted(keys), {k for k, n in keys.items() if n})
+
     def lock_flow_limits(
         self, keys: Sequence[str], counted: Collection[str]
     ) -> dict[str, tuple[list[list[float]], int]]:
-        """Lock the ``FlowLimit`` rows of ``keys`` in key order, skipping a row another
-        session holds locked (where rows lock; SQLite's claim holds the write lock), and return
-        {locked key: (its recorded starts, its running jobs)}, in one statement, inside the
-        caller's transaction. Running jobs are counted for the keys in ``counted`` only (0 for
-        the others): a count walks every running job of its key."""
+        """Lock the ``FlowLimit`` rows of ``keys`` in key order, making those of keys seen for
+        the first time, skipping a row another session holds locked (where rows lock; SQLite's
+        claim holds the write lock), and return {locked key: (its recorded starts, its running
+        jobs)}, inside ``flow_limits_held``. Running jobs are counted for the keys in
+        ``counted`` only (0 for the others): a count walks every running job of its key. The
+        generic version sends one statement, and one more when some rows are new."""
         if not keys:
             return {}
         limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
@@ -585,24 +638,48 @@ class Driver(abc.ABC):
             else ""
         )
         counted = [key for key in keys if key in counted]
-        running = (
-            f"CASE WHEN l.key IN ({', '.join(['%s'] * len(counted))}) THEN (SELECT count(*) "
-            f"FROM {self.table} AS j WHERE j.status = 'running' AND j.flow_key IS NOT NULL "
-            f"AND j.flow_key = l.key) ELSE 0 END"
-            if counted
-            else "0"
-        )
+
+        def running(row: str) -> str:
+            if not counted:
+                return "0"
+            return (
+                f"CASE WHEN {row}.key IN ({', '.join(['%s'] * len(counted))}) THEN (SELECT "
+                f"count(*) FROM {self.table} AS j WHERE j.status = 'running' AND j.flow_key IS "
+                f"NOT NULL AND j.flow_key = {row}.key) ELSE 0 END"
+            )
+
         sql = (
-            f"SELECT l.key, l.starts, {running} FROM {limits} AS l "
+            f"SELECT l.key, l.starts, {running('l')} FROM {limits} AS l "
             f"WHERE l.key IN ({', '.join(['%s'] * len(keys))}) ORDER BY l.key{lock}"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [*counted, *keys])
             rows = cursor.fetchall()
+            missing = sorted(set(keys) - {row[0] for row in rows})
+            if missing:
+                # The new rows, made and read (with their keys' running jobs, in case a row
+                # was deleted while its jobs ran) by one statement. A row another session
+                # made meanwhile conflicts: that key is left alone this time. (No alias: a
+                # subquery of SQLite's RETURNING sees the table by its name only.)
+                rows_made = ", ".join(["(%s, '[]')"] * len(missing))
+                cursor.execute(
+                    f"INSERT INTO {limits} (key, starts) VALUES {rows_made} ON CONFLICT (key) "
+                    f"DO NOTHING RETURNING {limits}.key, {limits}.starts, {running(limits)}",
+                    [*missing, *counted],
+                )
+                rows += cursor.fetchall()
         return {
             key: (json.loads(starts) if isinstance(starts, str) else starts or [], int(n))
             for key, starts, n in rows
         }
+
+    def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
+        """Store the recent starts of rate-limited keys whose rows ``lock_flow_limits`` locked,
+        inside ``flow_limits_held``. The generic version writes one row per statement."""
+        for key, value in starts.items():
+            FlowLimit.objects.using(self.alias).filter(key=key).update(
+                starts=value, updated_at=Now()
+            )
 
     @abc.abstractmethod
     def claim_flow(

@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 from ..conf import workqueue_settings as conf
-from ..models import Workflow
+from ..models import FlowLimit, Workflow
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from . import pg_liveness
@@ -40,6 +40,7 @@ from .base import (
     Encoded,
     Ended,
     FlowGroup,
+    FlowHold,
     FlowPick,
     Inserted,
     LivenessToken,
@@ -131,6 +132,28 @@ def _client_cursor_class() -> Any:
 
 
 _ClientCursor: Any = _client_cursor_class()
+
+# The transaction of a limited flow claim open on a connection (``flow_limits_held``), kept on
+# the connection wrapper (a thread's own) while it lasts.
+_HOLD = "_workqueue_flow_hold"
+_SAVEPOINT = "workqueue_flow_claim"
+# The limit keys a walk locked whose running jobs the next statement counts (transaction-local).
+_COUNTED = "workqueue.flow_counted"
+
+
+def _starts(value: Any) -> list[list[float]]:
+    """A ``FlowLimit.starts`` as read (Django leaves jsonb as text)."""
+    return json.loads(value) if isinstance(value, str) else value or []
+
+
+class _PendingHold(FlowHold):
+    """A hold whose BEGIN and COMMIT (or SAVEPOINT and RELEASE) go with its statements."""
+
+    def __init__(self, begin: str, end: str) -> None:
+        super().__init__()
+        self.start, self.end = begin, end
+        self.begun = self.ended = False
+
 
 # A prepare threshold no statement reaches by repetition.
 _NEVER_BY_COUNT = 2**62
@@ -419,13 +442,14 @@ class PostgresDriver(Driver):
         on the server (or psycopg2) runs one statement per call: the four go one by one, in a
         transaction (the caller's if there is one).
         """
-        statements = (_PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE)
         with self.connection.cursor() as cursor:
             if isinstance(cursor.cursor, _ClientCursor):
-                cursor.execute("; ".join(statements), params)
-                cursor.nextset()
-                cursor.nextset()
-                return cursor.fetchall()
+                with self._flow_edges(closing=True) as (begin, end):
+                    statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, *end)
+                    cursor.execute("; ".join(statements), params)
+                    for _ in range(len(begin) + 2):
+                        cursor.nextset()
+                    return cursor.fetchall()
         atomic = transaction.atomic(using=self.alias, savepoint=False)
         with atomic, self.connection.cursor() as cursor:
             cursor.execute(_PLAN_SAVE)
@@ -475,7 +499,11 @@ class PostgresDriver(Driver):
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
-    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+    def _flow_walk(
+        self, queues: Sequence[str], after: str, limit: int
+    ) -> tuple[str, str, dict[str, Any]]:
+        """The walk of ``flow_keys``: its CTEs, the SELECT of its groups, its parameters."""
+
         # A skip scan of wq_job_flow: each step seeks the first ready row of a key greater
         # than the last one found (one index probe per key), so a claim costs the same next
         # to thousands of keys and millions of jobs as next to one. Two walks, from the cursor
@@ -504,13 +532,206 @@ class PostgresDriver(Driver):
             f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
             f"{walk('ahead', '%(after)s', 'true')}, "
-            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')} "
-            f"SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
-            f"LIMIT %(limit)s"
+            f"{walk('behind', '%(first)s', 'flow_key <= %(after)s')}"
+        )
+        walked = (
+            "SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
+            "LIMIT %(limit)s"
         )
         params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit,
                                   "after": after, "first": ""}  # fmt: skip
-        return [FlowGroup(*row) for row in self._fetch_in_index_order(sql, params)]
+        return sql, walked, params
+
+    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+        walks, walked, params = self._flow_walk(queues, after, limit)
+        rows = self._fetch_in_index_order(f"{walks} {walked}", params)
+        return [FlowGroup(*row) for row in rows]
+
+    def walk_flow_limits(
+        self,
+        hold: FlowHold,
+        queues: Sequence[str],
+        after: str,
+        limit: int,
+        limited: Mapping[str, bool],
+        prefix: str,
+    ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
+        if getattr(self.connection, _HOLD, None) is not hold:  # the generic atomic block
+            return super().walk_flow_limits(hold, queues, after, limit, limited, prefix)
+        # One round trip: BEGIN, the walk with the lock of its limit keys' rows (made for keys
+        # seen for the first time) in one statement, and the count of their running jobs in
+        # the next (see _lock_limits), which finds the keys the first locked in a
+        # transaction-local setting.
+        walks, walked, params = self._flow_walk(queues, after, limit)
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        sql = (
+            f"{walks}, walked AS MATERIALIZED (SELECT w.*, row_number() OVER () AS n "
+            f"FROM ({walked}) AS w), "
+            f"wanted AS MATERIALIZED (SELECT DISTINCT key, task = ANY(%(counted)s::text[]) "
+            f"AS counted FROM walked WHERE task = ANY(%(limited)s::text[]) "
+            f"AND starts_with(key, %(prefix)s)), "
+            f"{self._lock_limits(limits, '(SELECT key FROM wanted)')}, "
+            f"stash AS (SELECT set_config('{_COUNTED}', COALESCE((SELECT jsonb_agg(l.key) "
+            f"FROM locked AS l JOIN wanted AS k ON k.key = l.key WHERE k.counted), "
+            f"'[]')::text, true) AS done) "
+            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts, {CLOCK} "
+            f"FROM walked AS w CROSS JOIN stash LEFT JOIN locked AS l ON l.key = w.key "
+            f"ORDER BY w.n"
+        )
+        # An empty walk may never read `stash`: the setting is then unset, or empty, or a
+        # previous claim's in this transaction; only the keys locked now are read from it.
+        count = self._count_running(
+            f"jsonb_array_elements_text(COALESCE(NULLIF(current_setting('{_COUNTED}', true), "
+            f"''), '[]')::jsonb)"
+        )
+        params.update(
+            limited=[name for name in limited], counted=[n for n, c in limited.items() if c],
+            prefix=prefix,
+        )  # fmt: skip
+        with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
+            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, count)
+            cursor.execute("; ".join(statements), params)
+            for _ in range(len(begin) + 2):
+                cursor.nextset()
+            rows = cursor.fetchall()
+            cursor.nextset()
+            cursor.nextset()
+            running = dict(cursor.fetchall())
+        groups = [FlowGroup(queue, key, task) for queue, key, task, *_ in rows]
+        locked = {key: (_starts(starts), int(running.get(key, 0)))
+                  for _, key, _, held, starts, _ in rows if held}  # fmt: skip
+        hold.clock = rows[0][5] if rows else None  # a rate's clock: no round trip of its own
+        return groups, locked
+
+    @contextlib.contextmanager
+    def flow_limits_held(self) -> Iterator[FlowHold]:
+        # The transaction's edges travel with its statements: BEGIN in the walk's and lock's
+        # round trip, COMMIT in the last statement's (the claim's, or the starts' write), so a
+        # limited claim costs two round trips, not five (three with a rate). Inside a
+        # caller's transaction, a savepoint the same way (the rows then stay locked until the
+        # caller commits). A cursor that binds on the server sends one statement per call:
+        # there, the generic atomic block.
+        db = self.connection
+        db.ensure_connection()
+        with db.cursor() as cursor:
+            client = isinstance(cursor.cursor, _ClientCursor)
+        if not client or getattr(db, _HOLD, None) is not None:
+            with super().flow_limits_held() as hold:
+                yield hold
+            return
+        if db.in_atomic_block or not db.get_autocommit():
+            release = f"RELEASE SAVEPOINT {_SAVEPOINT}"
+            edges = (f"SAVEPOINT {_SAVEPOINT}", release,
+                     f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; {release}")  # fmt: skip
+        else:
+            edges = ("BEGIN", "COMMIT", "ROLLBACK")
+        hold = _PendingHold(begin=edges[0], end=edges[1])
+        setattr(db, _HOLD, hold)
+        try:
+            yield hold
+            if hold.begun and not hold.ended:
+                with db.cursor() as cursor:
+                    cursor.execute(hold.end)
+                hold.ended = True
+        except BaseException:
+            if hold.begun and not hold.ended:
+                # The statement that failed left the transaction (savepoint) open, aborted.
+                with contextlib.suppress(DatabaseError), db.cursor() as cursor:
+                    cursor.execute(edges[2])
+            raise
+        finally:
+            delattr(db, _HOLD)
+
+    @contextlib.contextmanager
+    def _flow_edges(self, closing: bool) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The statements to send before and after the next one of a ``flow_limits_held``
+        transaction: its BEGIN if not sent yet and, when ``closing`` and the claim is the last
+        statement, its COMMIT. Nothing outside such a transaction."""
+        hold = getattr(self.connection, _HOLD, None)
+        alone = hold is not None and not hold.begun and closing and hold.claim_last
+        if hold is None or hold.ended or alone:  # alone: the transaction's only statement
+            yield (), ()
+            if hold is not None and alone:
+                hold.ended = True
+            return
+        begin = () if hold.begun else (hold.start,)
+        end = (hold.end,) if closing and hold.claim_last else ()
+        hold.begun = True  # sent: if the statements fail, the transaction is rolled back
+        yield begin, end
+        hold.ended = bool(end)
+
+    def lock_flow_limits(
+        self, keys: Sequence[str], counted: Collection[str]
+    ) -> dict[str, tuple[list[list[float]], int]]:
+        if not keys:
+            return {}
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        # The rows made for keys seen for the first time and the others locked, by one
+        # statement; the running jobs counted by the next (see _lock_limits).
+        lock = (
+            f"WITH {self._lock_limits(limits, '(SELECT unnest(%(keys)s::text[]))')} "
+            f"SELECT key, starts FROM locked"
+        )
+        count = self._count_running("unnest(%(counted)s::text[])")
+        counted = [key for key in keys if key in counted]
+        params = {"keys": list(keys), "counted": counted}
+        with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
+            if isinstance(cursor.cursor, _ClientCursor):
+                cursor.execute("; ".join((*begin, lock, count)), params)
+                for _ in begin:
+                    cursor.nextset()
+                rows = cursor.fetchall()
+                cursor.nextset()
+                running = dict(cursor.fetchall())
+            else:
+                cursor.execute(lock, params)
+                rows = cursor.fetchall()
+                cursor.execute(count, params)
+                running = dict(cursor.fetchall())
+        return {key: (_starts(starts), int(running.get(key, 0))) for key, starts in rows}
+
+    def _lock_limits(self, limits: str, keys: str) -> str:
+        """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery):
+        ``locked(key, starts)``. Rows of keys seen for the first time are made (a conflict:
+        another session made it meanwhile, and has it: the key is left alone this time), the
+        others locked SKIP LOCKED. Running jobs are counted by the next statement
+        (``_count_running``): its snapshot is taken after the locks, so it sees every claim of
+        these keys that committed before them; this statement's own snapshot, taken before its
+        first lock, could miss one committed in between."""
+        return (
+            f"made AS (INSERT INTO {limits} AS l (key, starts) "
+            f"SELECT u.key, '[]'::jsonb FROM {keys} AS u(key) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
+            f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
+            # No ORDER BY: SKIP LOCKED never waits, so the order cannot deadlock, and under
+            # the walk's settings (sorts off) the order would read every row of the table.
+            f"held AS (SELECT l.key, l.starts FROM {limits} AS l WHERE l.key IN {keys} "
+            f"FOR UPDATE OF l SKIP LOCKED), "
+            f"locked AS MATERIALIZED (SELECT key, starts FROM made "
+            f"UNION ALL SELECT key, starts FROM held)"
+        )
+
+    def _count_running(self, keys: str) -> str:
+        return (
+            f"SELECT u.key, (SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"AND j.flow_key IS NOT NULL AND j.flow_key = u.key) FROM {keys} AS u(key)"
+        )
+
+    def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
+        if not starts:
+            return
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        sql = (
+            f"UPDATE {limits} AS l SET starts = v.starts, updated_at = {CLOCK} "
+            f"FROM jsonb_to_recordset(%(rows)s::jsonb) AS v(key text, starts jsonb) "
+            f"WHERE l.key = v.key"
+        )
+        rows = json.dumps([{"key": key, "starts": value} for key, value in starts.items()])
+        hold = getattr(self.connection, _HOLD, None)
+        if hold is not None:
+            hold.claim_last = True  # this write is the last statement now
+        with self.connection.cursor() as cursor, self._flow_edges(closing=True) as (begin, end):
+            cursor.execute("; ".join((*begin, sql, *end)), {"rows": rows})
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None

@@ -5,10 +5,12 @@ the plain one. Each call:
 
 1. walks the flow keys with ready jobs from a rotating cursor (``Driver.flow_keys``: one index
    probe per key, at most ``limit + 8`` keys, however many there are);
-2. for the limit keys among them, in one transaction: locks their ``FlowLimit`` rows, made on
-   a key's first claim (``SKIP LOCKED``: a key another worker is claiming right now is left to
-   it this time), counts the key's running jobs and its starts within the rate's period, and
-   so knows how many jobs each key may start;
+2. for the limit keys among them, in one transaction (``Driver.flow_limits_held``): locks
+   their ``FlowLimit`` rows, made on a key's first claim (``SKIP LOCKED``: a key another
+   worker is claiming right now is left to it this time), counts the key's running jobs and
+   its starts within the rate's period, and so knows how many jobs each key may start. While
+   walks meet limit keys, the walk and the lock are one call (``Driver.walk_flow_limits``):
+   on PostgreSQL one round trip, with the transaction's BEGIN;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10;
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
@@ -16,8 +18,9 @@ the plain one. Each call:
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
 counts and claims, and commits before the next can count. A crashed worker's running jobs count
 until the reaper ends their lease, so its slots come back with its leases, never later.
-A claim that involves no limit key (fairness alone) takes no transaction: ``claim_flow`` is one
-statement.
+On PostgreSQL a limited claim is two round trips: BEGIN, the walk, the lock and the count;
+then the claim and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
+A worker that knows no limited task takes no transaction: the walk, then ``claim_flow``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import transaction
-from django.db.models.functions import Now
-
-from ..db import ClaimedJob, Driver, FlowGroup, FlowPick
-from ..models import FlowLimit
+from ..db import ClaimedJob, Driver, FlowGroup, FlowHold, FlowPick
 from ..registry import TaskSpec, find_task, registered_tasks
 from .keys import BATCH, LIMIT
 
@@ -50,6 +49,7 @@ class FlowClaimer:
         self.cursor = ""  # the last key walked: the next claim starts after it
         self.retry_at: float | None = None
         """Monotonic time at which a rate limit that held jobs back frees a start, if any."""
+        self._limits_met = True  # whether the last walk met limit keys (at first: assume so)
         self.held = False
         """Whether a claim since ``begin_pass`` left ready jobs of a key at its limit (or
         claimed by another worker at the same moment): work remains that a later claim may
@@ -66,16 +66,25 @@ class FlowClaimer:
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
-        walked = self.driver.flow_keys(queues, self.cursor, min(limit + _EXTRA_KEYS, _MAX_KEYS))
-        groups = [g for g in walked if _claimable(g)]
-        limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
-        if not groups:
-            jobs = []
-        elif limits:
-            with transaction.atomic(using=self.driver.alias):
-                jobs = self._claim_limited(groups, limits, limit, now)
+        steps = min(limit + _EXTRA_KEYS, _MAX_KEYS)
+        limited = _limited_tasks()
+        if limited and self._limits_met:
+            # The last walk met limit keys: walk and lock them together (PostgreSQL: one
+            # round trip, BEGIN included).
+            with self.driver.flow_limits_held() as hold:
+                walked, locked = self.driver.walk_flow_limits(
+                    hold, queues, self.cursor, steps, limited, LIMIT
+                )
+                jobs = self._claim_walked(walked, limit, now, hold, locked)
         else:
-            jobs = self._claim(groups, {}, limit, now)
+            # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
+            # takes no transaction and carries no lock; limit keys it meets are locked after.
+            walked = self.driver.flow_keys(queues, self.cursor, steps)
+            with self.driver.flow_limits_held() as hold:
+                jobs = self._claim_walked(walked, limit, now, hold)
+        self._limits_met = any(
+            group.task_name in limited and group.key.startswith(LIMIT) for group in walked
+        )
         # Full: the next claim starts after the last key served. Short (keys at their limit,
         # or too few): after the last key walked, so that a claim never walks the same full
         # keys again while keys further on have room.
@@ -84,6 +93,29 @@ class FlowClaimer:
         elif walked:
             self.cursor = walked[-1].key
         return jobs
+
+    def _claim_walked(
+        self,
+        walked: list[FlowGroup],
+        limit: int,
+        now: datetime | None,
+        hold: FlowHold,
+        locked: dict[str, tuple[list[list[float]], int]] | None = None,
+    ) -> list[ClaimedJob]:
+        groups = [g for g in walked if _claimable(g)]
+        limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
+        if not groups:
+            return []
+        if not limits:
+            hold.claim_last = True
+            return self._claim(groups, {}, limit, now)
+        if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
+            hold.begin()
+            keys = sorted(limits)
+            counted = {key for key in keys if limits[key].concurrency is not None}
+            locked = self.driver.lock_flow_limits(keys, counted)
+        held = {key: row for key, row in locked.items() if key in limits}
+        return self._claim_limited(hold, groups, limits, held, limit, now)
 
     def _claim(
         self,
@@ -117,27 +149,21 @@ class FlowClaimer:
 
     def _claim_limited(
         self,
+        hold: FlowHold,
         groups: list[FlowGroup],
         limits: dict[str, TaskSpec],
+        locked: dict[str, tuple[list[list[float]], int]],
         limit: int,
         now: datetime | None,
     ) -> list[ClaimedJob]:
-        alias = self.driver.alias
-        keys = sorted(limits)
-        counted = {key for key in keys if limits[key].concurrency is not None}
-        # One statement: the rows locked, their starts and their keys' running jobs.
-        locked = self.driver.lock_flow_limits(keys, counted)
-        missing = [key for key in keys if key not in locked]
-        if missing:  # new keys get their row; a key another worker holds is skipped again
-            FlowLimit.objects.using(alias).bulk_create(
-                [FlowLimit(key=key) for key in missing], ignore_conflicts=True
-            )
-            locked.update(self.driver.lock_flow_limits(missing, counted))
+        # ``locked``: the rows the walk locked (made for keys seen for the first time), their
+        # starts and their keys' running jobs.
         rated = [key for key in locked if limits[key].rate is not None]
         if rated and now is None:
             # The starts are stamped with this clock, and the claim uses it as the jobs'
-            # started_at: the limit's timeline and the jobs' are one.
-            now = self.driver.now()
+            # started_at: the limit's timeline and the jobs' are one. (PostgreSQL read it with
+            # the locks.)
+            now = hold.clock or self.driver.now()
         clock = now.timestamp() if rated and now is not None else 0.0
         room: dict[str, int] = {}
         kept: dict[str, list[list[float]]] = {}  # rated keys: their starts still in the period
@@ -156,18 +182,20 @@ class FlowClaimer:
                 if free <= 0 and recent:
                     self._held_until(recent[0][0] + spec.rate.period - clock)
             room[key] = max(0, free)
+        # No starts to write after the claim: the claim may end the transaction (its COMMIT in
+        # the same round trip).
+        hold.claim_last = not rated
         jobs = self._claim(groups, room, limit, now)
         started: dict[str, int] = {}
         for job in jobs:
             if job.flow_key in rated:
                 started[job.flow_key] = started.get(job.flow_key, 0) + 1
-        for key in rated:  # a few keys: one small write each, only when something changed
+        changed = {}
+        for key in rated:  # written only when something changed
             count = started.get(key, 0)
             if count or len(kept[key]) != len(locked[key][0]):
-                starts = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
-                FlowLimit.objects.using(alias).filter(key=key).update(
-                    starts=starts, updated_at=Now()
-                )
+                changed[key] = _stamped(kept[key], clock, count, limits[key].rate.period)  # type: ignore[union-attr]
+        self.driver.write_flow_starts(changed)
         return jobs
 
     def _held_until(self, seconds: float) -> None:
@@ -181,6 +209,16 @@ def uses_flow_claim() -> bool:
         spec.concurrency is not None or spec.rate is not None or spec.fair_key is not None
         for spec in (task.spec for task in registered_tasks().values())
     )
+
+
+def _limited_tasks() -> dict[str, bool]:
+    """The registered tasks with limits: {name: whether it has ``concurrency=`` (its running
+    jobs are counted)}."""
+    return {
+        name: task.spec.concurrency is not None
+        for name, task in registered_tasks().items()
+        if task.spec.concurrency is not None or task.spec.rate is not None
+    }
 
 
 def _claimable(group: FlowGroup) -> bool:

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_workqueue import registry
@@ -187,6 +187,157 @@ class TestCost:
         assert len(flow.claim(["default"], 4)) == 4  # the cursor moved on: other customers
 
         assert len(few_keys_later.captured_queries) <= 4 + 8 + 10
+
+    def test_keys_seen_for_the_first_time_get_their_limit_rows_made_and_locked_at_once(self):
+        # PostgreSQL: one statement makes the new rows and locks the others (main: a lock,
+        # an insert, a second lock); SQLite: the lock, and one insert that reads what it made.
+        tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(4)])
+
+        with CaptureQueriesContext(connection) as claim:
+            jobs = claimer().claim(["default"], 4)
+
+        assert len(jobs) == 4 and FlowLimit.objects.count() == 4
+        on_limits = [q for q in claim.captured_queries if FLOW_LIMIT_TABLE in q["sql"]]
+        assert len(on_limits) == (1 if connection.vendor == "postgresql" else 2)
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_limited_claim_sends_its_statements_with_the_transactions_edges(self):
+        # PostgreSQL: BEGIN with the walk, the rows' lock and the count; then the claim with
+        # COMMIT: two round trips (main: the walk, BEGIN, the lock, the claim, COMMIT).
+        tasks.two_at_a_time.enqueue_many([((), {})] * 4)
+        flow = claimer()
+        flow.claim(["default"], 1)  # the key's row is made
+
+        with CaptureQueriesContext(connection) as claim:
+            assert len(flow.claim(["default"], 1)) == 1
+
+        statements = [q["sql"] for q in claim.captured_queries]
+        if connection.vendor == "postgresql":
+            assert len(statements) == 2
+            assert statements[0].startswith("BEGIN;") and FLOW_LIMIT_TABLE in statements[0]
+            assert statements[1].endswith("; COMMIT")
+        else:
+            assert len([s for s in statements if FLOW_LIMIT_TABLE in s]) == 1
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_rate_limited_claim_writes_its_starts_with_the_commit(self):
+        # PostgreSQL: the walk (with the database's clock), the claim, then the starts' write
+        # with COMMIT: three round trips (main: six, and one more for the clock).
+        tasks.twenty_a_second.enqueue_many([((n,), {}) for n in range(4)])
+        flow = claimer()
+        flow.claim(["default"], 1)  # the key's row is made
+
+        with CaptureQueriesContext(connection) as claim:
+            assert len(flow.claim(["default"], 1)) == 1
+
+        statements = [q["sql"] for q in claim.captured_queries]
+        [limit] = FlowLimit.objects.all()
+        assert sum(n for _, n in limit.starts) == 2
+        if connection.vendor == "postgresql":
+            assert len(statements) == 3
+            assert statements[0].startswith("BEGIN;")
+            assert statements[2].startswith("UPDATE") and statements[2].endswith("; COMMIT")
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_walk_that_meets_only_tenants_takes_no_transaction_and_locks_nothing(self):
+        # The worker knows limited tasks; once a walk met none of their keys, the next walks
+        # alone, as a worker without limits does.
+        tasks.tenant_work.enqueue_many([((f"t{n}",), {}) for n in range(8)])
+        flow = claimer()
+        flow.claim(["default"], 2)
+
+        with CaptureQueriesContext(connection) as claim:
+            assert len(flow.claim(["default"], 2)) == 2
+
+        statements = [q["sql"] for q in claim.captured_queries]
+        edges = ("BEGIN", "COMMIT", "SAVEPOINT")
+        assert not [s for s in statements if FLOW_LIMIT_TABLE in s or s.startswith(edges)]
+        assert not [s for s in statements if s.endswith(("; COMMIT", "RELEASE SAVEPOINT"))]
+        if connection.vendor == "postgresql":
+            assert len(statements) == 2
+
+    def test_limit_keys_met_after_walks_of_tenants_only_are_limited(self):
+        tasks.tenant_work.enqueue_many([(("t1",), {})])
+        flow = claimer()
+        assert len(flow.claim(["default"], 4)) == 1
+        assert flow.claim(["default"], 4) == []  # this walk met no limit key
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+
+        assert len(flow.claim(["default"], 10)) == 2  # walked alone, then locked
+        assert flow.claim(["default"], 10) == []  # walked and locked together
+        assert Job.objects.filter(status="running").count() == 3
+
+
+FLOW_LIMIT_TABLE = FlowLimit._meta.db_table
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_limited_claim_leaves_no_transaction_open_nor_its_keys_locked(monkeypatch):
+    tasks.two_at_a_time.enqueue_many([((), {})] * 2)
+
+    def broken(*args, **kwargs):
+        with connection.cursor() as cursor:  # a database error, with the rows locked
+            cursor.execute("SELECT * FROM no_such_table")
+
+    monkeypatch.setattr(FlowClaimer, "_claim", broken)
+    with pytest.raises(DatabaseError):
+        claimer("a").claim(["default"], 2)
+    monkeypatch.undo()
+
+    assert not connection.in_atomic_block and Job.objects.filter(status="ready").count() == 2
+    if connection.vendor == "postgresql":
+        from psycopg import pq
+
+        assert connection.connection.info.transaction_status == pq.TransactionStatus.IDLE
+    other: list[int] = []
+
+    def claim_elsewhere() -> None:
+        try:
+            other.append(len(claimer("b").claim(["default"], 2)))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=claim_elsewhere)
+    thread.start()
+    thread.join(30)
+    assert other == [2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_finds_no_keys_ends_its_transaction():
+    connection.close()  # a new session: nothing set on it by an earlier claim
+    flow = claimer()
+
+    assert flow.claim(["default"], 4) == []
+    assert not connection.in_atomic_block
+    if connection.vendor == "postgresql":
+        from psycopg import pq
+
+        assert connection.connection.info.transaction_status == pq.TransactionStatus.IDLE
+    tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+    assert len(flow.claim(["default"], 4)) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_limited_claim_inside_a_callers_transaction_keeps_it_usable(monkeypatch):
+    tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+    plain = plain_tasks.add.enqueue(1, 2)
+
+    def broken(*args, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table")
+
+    with transaction.atomic():
+        Job.objects.filter(pk=plain.pk).update(priority=5)  # the caller's own write
+        assert len(claimer("a").claim(["default"], 1)) == 1
+        with monkeypatch.context() as patch:
+            patch.setattr(FlowClaimer, "_claim", broken)
+            with pytest.raises(DatabaseError):
+                claimer("a").claim(["default"], 1)
+        assert len(claimer("a").claim(["default"], 1)) == 1  # the transaction still works
+
+    assert Job.objects.get(pk=plain.pk).priority == 5
+    assert Job.objects.filter(status="running").count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

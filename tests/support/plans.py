@@ -33,9 +33,13 @@ def captured_statements() -> Iterator[list[tuple[str, Any]]]:
 def in_index_order(sql: str) -> str | None:
     """The statement ``sql`` wraps in the planner settings of ``_fetch_in_index_order``, if
     it does."""
-    if sql.startswith(PREFIX) and sql.endswith(SUFFIX):
-        return sql[len(PREFIX) : -len(SUFFIX)]
-    return None
+    # A limited flow claim's statements carry its transaction's edges around the settings
+    # (BEGIN or SAVEPOINT before, the running jobs' count and COMMIT or RELEASE after).
+    start = sql.find(PREFIX)
+    end = sql.find(SUFFIX, start)
+    if start < 0 or end < 0:
+        return None
+    return sql[start + len(PREFIX) : end]
 
 
 def explain(sql: str, params: Mapping[str, Any] | None, *, pinned: bool = True) -> str:
