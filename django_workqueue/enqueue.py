@@ -553,6 +553,7 @@ _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 # What a fresh row holds in the columns the insert leaves alone.
 _JOB_DEFAULTS: dict[str, Any] = {
     "attempt": 0, "attempts_charged": 0, "crashes_charged": 0, "redriven_attempts": 0,
+    "claimed_ahead": False,
     "lease_owner": None, "lease_expires_at": None,
     "cancel_requested_at": None, "progress_current": None, "progress_total": None,
     "progress_message": "", "progress_details": None, "result": None, "started_at": None,
