@@ -76,7 +76,7 @@ class Batches:
                     worker._running[job.id] = item
                     members.append((job, item))
                 worker._executing += 1  # one slot per batch
-                worker.claimed_count += len(jobs)
+                worker.ledger.claimed_count += len(jobs)
                 batches.append(Batch(task, members))
             worker.leases.schedule(worker._running, now)
         for batch in batches:
@@ -127,6 +127,6 @@ class Batches:
                     else:  # nothing to write: the lease runs out and the reaper retries it
                         if worker._running.get(job.id) is item:
                             del worker._running[job.id]
-                        worker.finished_count += 1
+                        worker.ledger.finished_count += 1
             worker.wake.set()
         return generation

@@ -69,6 +69,7 @@ from . import shutdown
 from .ahead import AheadBuffer
 from .batch import Batch, Batches
 from .completer import Completer
+from .ledger import Ledger
 from .processes import ChildLimits, ProcessPool, SlotHost
 from .registration import Registration
 from .slots import SlotPool
@@ -123,12 +124,8 @@ class Worker:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started = threading.Event()
-        self.claimed_count = 0
-        self.finished_count = 0
-        self._running: dict[int, RunningJob] = {}  # leased by us: executing or being recorded
-        self._executing = 0  # jobs handed to slots whose body has not returned yet
+        self.ledger = Ledger()  # the jobs this worker holds, and its counts (ledger.py)
         self.completer = Completer(self.driver, self.id)
-        self._lock = threading.Lock()
         self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
             queue_module.SimpleQueue()
         )
@@ -240,8 +237,33 @@ class Worker:
     @property
     def running_count(self) -> int:
         """Jobs this worker holds a lease on (running, or finished and not yet recorded)."""
-        with self._lock:
-            return len(self._running)
+        return len(self.ledger)
+
+    # The ledger's state under the names tests and tools read (``ledger.py``).
+
+    @property
+    def claimed_count(self) -> int:
+        return self.ledger.claimed_count
+
+    @property
+    def finished_count(self) -> int:
+        return self.ledger.finished_count
+
+    @property
+    def _running(self) -> dict[int, RunningJob]:
+        return self.ledger.running
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self.ledger.lock
+
+    @property
+    def _executing(self) -> int:
+        return self.ledger.executing
+
+    @_executing.setter
+    def _executing(self, value: int) -> None:
+        self.ledger.executing = value
 
     # --- control loop ---------------------------------------------------------------------
 
@@ -328,8 +350,8 @@ class Worker:
         """
         until_renewal = self.leases.next_renewal - time.monotonic()
         if self._connection_lost and until_renewal <= 0:  # the renewal itself is failing
-            with self._lock:
-                renewal_interval = self.leases.interval(self._running)
+            with self.ledger.lock:
+                renewal_interval = self.leases.interval(self.ledger.running)
             return max(0.05, min(self._error_backoff, renewal_interval))
         return max(0.05, min(self._error_backoff, until_renewal))
 
@@ -376,8 +398,7 @@ class Worker:
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
-        with self._lock:
-            running = dict(self._running)
+        running = self.ledger.snapshot()
         self._check_timeouts(running, now)
         if not self.leases.due(now):
             return
@@ -394,8 +415,7 @@ class Worker:
 
     def _running_ids(self) -> set[int]:
         """The jobs this worker runs now (its reaper spares their leases)."""
-        with self._lock:
-            return set(self._running)
+        return self.ledger.ids()
 
     def _listening(self) -> bool:
         """Whether the LISTEN connection is up (NOTIFY wakes this worker)."""
@@ -500,17 +520,6 @@ class Worker:
         else:
             self._starts.append(start)
 
-    def _still_running(self) -> int:
-        """Jobs leased here, less those whose outcomes this pass writes before it claims
-        (forgotten once it commits): what could still put a job back (burst: not done)."""
-        if not self._finishing:
-            return len(self._running)
-        return sum(
-            1
-            for job_id, item in self._running.items()
-            if (job_id, item.context.attempt) not in self._finishing
-        )
-
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
@@ -526,18 +535,15 @@ class Worker:
         """The outcomes ``done`` were dealt with (``written``, or stale): forget their jobs."""
         if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
             self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
-        with self._lock:
-            for outcome in done:
-                item = self._running.get(outcome.job_id)
-                if item is not None and item.context.attempt == outcome.attempt:
-                    del self._running[outcome.job_id]  # not the entry of a later attempt
-                self.finished_count += 1
+        self.ledger.forget_done(done)
         return done, written
 
     def _fill(self) -> int:
-        with self._lock:
-            running_before = self._still_running()
-            executing = self._executing
+        with self.ledger.lock:
+            # Jobs held, less those whose outcomes this pass writes before it claims (forgotten
+            # once it commits): what could still put a job back (burst: not done).
+            running_before = self.ledger.still_running(self._finishing)
+            executing = self.ledger.executing
         free = self.concurrency - executing
         self._drained = False
         # Buffered jobs first (ahead.py): slots that are free take them, written as begun in
@@ -563,7 +569,7 @@ class Worker:
         self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
         # First: a due batch has waited out its batch_wait.
         batched = self.batches.fill(free) if free else 0
-        with self._lock:
+        with self.ledger.lock:
             claims = self.pool.claims(self.queues, free - batched)
         if free:  # a pass for the buffer alone keeps what the last claims found held back
             self.claimer.begin_pass()
@@ -591,35 +597,33 @@ class Worker:
         """Hand the jobs just claimed (and committed) to the slots, and those claimed ahead
         to the buffer."""
         now = time.monotonic()
-        with self._lock:
+        ledger = self.ledger
+        with ledger.lock:
+            started = [(job, self._lease(job, now)) for job in jobs]
             for job in jobs:
-                self._lease(job, now)
-                self._executing += 1
+                ledger.executing += 1
                 self.pool.began(job.queue)
             # A buffered job's timeout runs from its take (math.inf: not yet, as processes.py).
             buffered = [(job, self._lease(job, math.inf)) for job in ahead]
-        for job in jobs:
-            self._inbox.put((job, self._running[job.id]))
+        for handed in started:
+            self._inbox.put(handed)
         self.ahead.put(buffered)
-        self.claimed_count += len(jobs) + len(ahead)
-        with self._lock:
-            self.leases.schedule(self._running, now)
+        ledger.claimed_count += len(jobs) + len(ahead)
+        with ledger.lock:
+            self.leases.schedule(ledger.running, now)
             self.backpressure.count_claimed(now, len(jobs) + len(ahead))
 
     def _lease(self, job: ClaimedJob, now: float) -> RunningJob:
         """Hold ``job`` as this worker's (under the lock): its lease is renewed from now on."""
         context = JobContext(job, owner=self.id, driver=self.driver, on_progress=self._on_progress)
         task = find_task(job.task_name)
-        stale = self._running.get(job.id)
-        if stale is not None:  # reaped, then claimed again while its body runs here
-            stale.context.abort(AbortReason.LEASE_LOST)
-        item = self._running[job.id] = RunningJob(
+        item = RunningJob(
             context,
             started=now,
             timeout=task.spec.timeout if task else None,
             is_async=bool(task and task.spec.is_async),
         )
-        return item
+        return self.ledger.lease(job.id, item)
 
     def _claim_ahead(self, room: int, *, full: bool) -> list[ClaimedJob]:
         """Plain jobs never claimed before, beyond the free slots, up to the buffer's
@@ -650,7 +654,7 @@ class Worker:
         if not self.ahead.enabled:
             return 0
         handed: list[tuple[ClaimedJob, RunningJob]] = []
-        with self._lock:
+        with self.ledger.lock:
             while len(handed) < free and (next_job := self._take_ahead()) is not None:
                 handed.append(next_job)
         taken = self.ahead.taken()
@@ -664,18 +668,18 @@ class Worker:
                 self._began_in_pass = [lease for lease in taken if lease[0] in written]
             # A row another session holds was skipped: the next pass tries it again while the
             # job is still this worker's (its outcome written, or its lease lost: forgotten).
-            with self._lock:
+            with self.ledger.lock:
                 again = [
                     (pk, attempt) for pk, attempt in taken if pk not in written
-                    and (item := self._running.get(pk)) is not None
+                    and (item := self.ledger.running.get(pk)) is not None
                     and item.context.attempt == attempt and not item.context.lease_lost
                 ]  # fmt: skip
             self.ahead.put_back([], again)
         if handed:
             now = time.monotonic()
-            with self._lock:
+            with self.ledger.lock:
                 for job, item in handed:
-                    self._executing += 1
+                    self.ledger.executing += 1
                     self.pool.began(job.queue)
                     item.started = now  # its timeout runs from now
             for handed_job in handed:
@@ -686,8 +690,7 @@ class Worker:
         """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,
         and show the slots in the registration row when they changed."""
         before, requested = self.concurrency, self._requested
-        with self._lock:
-            busy = self._executing
+        busy = self.ledger.busy()
         free, claimed = self._last_fill
         slots = self.pool.rescale(requested, busy=busy, free=free, claimed=claimed, owner=self.id)
         self.concurrency = slots
@@ -767,8 +770,7 @@ class Worker:
 
     def _on_abort(self, job_id: int, reason: str) -> None:
         """A NOTIFY: the job must stop (e.g. ``cancel_job``); ignored unless it runs here."""
-        with self._lock:
-            item = self._running.get(job_id)
+        item = self.ledger.get(job_id)
         if item is None or item.context.finished:
             return
         try:
@@ -819,8 +821,8 @@ class Worker:
                     tidy_connections()
                 except Exception:
                     logger.exception("job %s: could not tidy the slot's connections", job.id)
-                with self._lock:
-                    self._executing -= 1
+                with self.ledger.lock:
+                    self.ledger.executing -= 1
                     self.pool.ended(job.queue)
                     if outcome is not None:
                         self.backpressure.count_outcome(outcome.kind)
@@ -830,9 +832,7 @@ class Worker:
                     else:  # recorded in its own transaction, or nothing left to write
                         if outcome is not None:  # atomic: reported by the control thread
                             self.completer.written_elsewhere(outcome, item.started)
-                        if self._running.get(job.id) is item:  # not a later attempt's entry
-                            del self._running[job.id]
-                        self.finished_count += 1
+                        self.ledger.end(job.id, item)  # not a later attempt's entry
                 # Set once per wait is enough: the control thread clears it before the pass
                 # that flushes, and this outcome was handed over before the look.
                 if not self.wake.is_set():
@@ -849,10 +849,10 @@ class Worker:
         """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
         control thread hands over, waiting for it."""
         if self.ahead.enabled and not self.stopping.is_set():
-            with self._lock:
+            with self.ledger.lock:
                 handed = self._take_ahead()
                 if handed is not None:
-                    self._executing += 1
+                    self.ledger.executing += 1
                     self.pool.began(handed[0].queue)
             if handed is not None:
                 handed[1].started = time.monotonic()  # its timeout runs from now
@@ -868,12 +868,11 @@ class Worker:
             job, item = handed
             if not item.context.lease_lost:
                 return handed
-            if self._running.get(job.id) is item:
-                del self._running[job.id]
+            self.ledger.forget(job.id, item)
             logger.warning("job %s: its lease was lost while it waited for a slot; not run", job.id)
         return None
 
     def _ensure_loop(self) -> None:
-        with self._lock:
+        with self.ledger.lock:
             if self._loop is None:
                 self._loop = AsyncLoop()
