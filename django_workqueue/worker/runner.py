@@ -129,7 +129,13 @@ class Worker:
         self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
             queue_module.SimpleQueue()
         )
-        self.batches = Batches(self)  # batch tasks: a whole batch per slot (worker/batch.py)
+        # Batch tasks: a whole batch per slot (worker/batch.py).
+        self.batches = Batches(
+            self.driver, self.id, self.queues, ledger=self.ledger, inbox=self._inbox,
+            leases=self.leases, completer=self.completer, wake=self.wake,
+            when_committed=self._when_committed, generation=lambda: self._db_generation,
+            event_loop=self._event_loop,
+        )  # fmt: skip
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
         self.pool = SlotPool.build(
@@ -809,9 +815,8 @@ class Worker:
                 if child is not None:
                     outcome, pending = child.run(job, item)
                 else:
-                    if item.is_async:
-                        self._ensure_loop()
-                    outcome, pending = run(job, item.context, self.driver, self._loop)
+                    loop = self._event_loop() if item.is_async else self._loop
+                    outcome, pending = run(job, item.context, self.driver, loop)
                 if outcome is not None and pending:
                     outcome.encoded()  # here, not on the control thread that batches them
             except Exception:
@@ -872,7 +877,9 @@ class Worker:
             logger.warning("job %s: its lease was lost while it waited for a slot; not run", job.id)
         return None
 
-    def _ensure_loop(self) -> None:
+    def _event_loop(self) -> AsyncLoop:
+        """The event loop async tasks run on, started by the first that needs it."""
         with self.ledger.lock:
             if self._loop is None:
                 self._loop = AsyncLoop()
+            return self._loop
