@@ -8,7 +8,7 @@ leases of the ledger's jobs, and the reaper of this worker spares them.
 
 One lock guards it all; the slots and the control thread take it. Methods marked "under the
 lock" are called with ``lock`` held, so that a caller can do more in the same step (a slot
-hands its outcome to the completer under it: ``shutdown.release_remaining``'s snapshot then
+hands its outcome to the completer under it: ``Shutdown.release_remaining``'s snapshot then
 sees every finish).
 """
 

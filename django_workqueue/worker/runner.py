@@ -218,7 +218,7 @@ class Worker:
                             self.wake.clear()
             finally:
                 signalling.worker_event(signals.worker_stopping, self)
-                shutdown.drain_and_stop(self)
+                self.shutdown_sequence().drain_and_stop()
                 signalling.worker_event(signals.worker_stopped, self)
         finally:
             serving.worker = outer
@@ -228,6 +228,15 @@ class Worker:
         """Stop claiming, let running jobs finish within the grace period, then return."""
         self.stopping.set()
         self.wake.set()
+
+    def shutdown_sequence(self) -> shutdown.Shutdown:
+        """The shutdown sequence over this worker's parts as they are now (``shutdown.py``)."""
+        return shutdown.Shutdown(
+            owner=self.id, alias=self.alias, driver=self.driver, grace_seconds=self.grace_seconds,
+            ledger=self.ledger, ahead=self.ahead, completer=self.completer, leases=self.leases,
+            maintainer=self.maintainer, registration=self.registration, pool=self.pool,
+            wake=self.wake, flush=self._flush, listener=self._listener, loop=self._loop,
+        )  # fmt: skip
 
     def _children_started(self, ok: bool) -> None:
         if not ok:  # the project cannot be imported in a child: nothing could run
