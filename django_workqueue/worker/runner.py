@@ -77,6 +77,9 @@ logger = logging.getLogger("django_workqueue.worker")
 
 _MAX_ERROR_BACKOFF = 5.0
 
+#: What the control thread hands a slot: a job, a batch, or None (the slot ends).
+Handed = tuple[ClaimedJob, RunningJob] | Batch | None
+
 
 class Worker:
     """Runs jobs from ``queues`` with ``concurrency`` slots until stopped.
@@ -125,15 +128,12 @@ class Worker:
         self.started = threading.Event()
         self.ledger = Ledger()  # the jobs this worker holds, and its counts (ledger.py)
         self.completer = Completer(self.driver, self.id)
-        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
-            queue_module.SimpleQueue()
-        )
-        # Batch tasks: a whole batch per slot (worker/batch.py).
-        self.batches = Batches(
+        self._inbox: queue_module.SimpleQueue[Handed] = queue_module.SimpleQueue()  # to the slots
+        self.batches = Batches(  # batch tasks: a whole batch per slot (batch.py)
             self.driver, self.id, self.queues, ledger=self.ledger, inbox=self._inbox,
-            leases=self.leases, completer=self.completer, wake=self.wake,
-            when_committed=self._when_committed, generation=lambda: self._db_generation,
-            event_loop=self._event_loop,
+            wake=self.wake, leases=self.leases, completer=self.completer,
+            event_loop=self._event_loop, when_committed=self._when_committed,
+            generation=lambda: self._db_generation,
         )  # fmt: skip
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
@@ -183,9 +183,8 @@ class Worker:
             backpressure=self.backpressure, leases=self.leases, inbox=self._inbox,
             stopping=self.stopping, wake=self.wake, slots=lambda: self.concurrency,
             children_ready=self._children_ready, listening=self._listening,
-            promote=lambda: self.maintainer.promoter.run_once(),
-            when_committed=self._when_committed,
-            in_pass=lambda: self._starts is not None, on_progress=self._on_progress,
+            promote=lambda: self.maintainer.promoter.run_once(), on_progress=self._on_progress,
+            when_committed=self._when_committed, in_pass=lambda: self._starts is not None,
             burst=burst, max_jobs=max_jobs, poll_interval=self.poll_interval,
         )  # fmt: skip
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
@@ -704,7 +703,7 @@ class Worker:
             generation=lambda: self._db_generation, on_progress=self._on_progress,
         )  # fmt: skip
 
-    def _take(self) -> tuple[ClaimedJob, RunningJob] | Batch | None:
+    def _take(self) -> Handed:
         """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
         control thread hands over, waiting for it."""
         handed = self.planner.take()
