@@ -39,7 +39,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
         {Status.READY, Status.BLOCKED, Status.CANCELLED, Status.HELD, *_EXTERNALLY}
     ),
     # ready -> running: a claim; ready -> running again after a release: the shutdown retaking
-    # a job whose body returned just as it was released (see Worker._release_remaining);
+    # a job whose body returned just as it was released (worker/shutdown.py);
     # ready -> scheduled: a unique enqueue with on_conflict="replace" restarted its timer.
     Status.READY: frozenset(
         {

@@ -11,18 +11,23 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import queue
+import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..attempt.batch import Batch, BatchResultMismatch, run_batch
 from ..attempt.connections import close_unusable_connections, tidy_connections
-from ..attempt.lease import RunningJob
-from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, Outcome
+from ..attempt.lease import LeaseKeeper, RunningJob
+from ..context import JobContext
+from ..db import ClaimedJob, Driver, Outcome
 from ..flow.batches import claim_batches
 
 if TYPE_CHECKING:
-    from .runner import Worker
+    from ..attempt.asyncloop import AsyncLoop
+    from .completer import Completer
+    from .ledger import Ledger
 
 __all__ = ["Batch", "BatchResultMismatch", "Batches"]
 
@@ -30,10 +35,35 @@ logger = logging.getLogger("django_workqueue.worker")
 
 
 class Batches:
-    """The worker's batch step: claims whole batches into free slots and runs them there."""
+    """The worker's batch step: claims whole batches into free slots and runs them there.
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    It leases their jobs into the worker's ``ledger`` (renewed by ``leases``), hands each
+    batch to the slots through ``inbox`` once its claim is kept (``when_committed``), and,
+    in a slot, hands the outcomes to the ``completer`` and sets ``wake``. ``generation``
+    reads the control connection's generation, ``event_loop`` gives the async tasks' loop.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        owner: str,
+        queues: Sequence[str],
+        *,
+        ledger: Ledger,
+        inbox: queue.SimpleQueue[Any],
+        leases: LeaseKeeper,
+        completer: Completer,
+        wake: threading.Event,
+        when_committed: Callable[[Callable[[], None]], None],
+        generation: Callable[[], int],
+        event_loop: Callable[[], AsyncLoop],
+    ) -> None:
+        self.driver, self.owner, self.queues = driver, owner, queues
+        self.ledger, self.inbox, self.leases = ledger, inbox, leases
+        self.completer, self.wake = completer, wake
+        self.when_committed, self.generation, self.event_loop = (
+            when_committed, generation, event_loop,
+        )  # fmt: skip
         self.claimed = 0
         """Batches claimed by the last ``fill``."""
         self.due_at = math.inf
@@ -44,43 +74,36 @@ class Batches:
     def fill(self, slots: int) -> int:
         """Claim up to ``slots`` batches and hand each to the slots as one item; return how
         many (each takes one slot)."""
-        worker = self.worker
         self.claimed = 0
-        found = claim_batches(worker.driver, worker.queues, slots, worker.id)
+        found = claim_batches(self.driver, self.queues, slots, self.owner)
         now = time.monotonic()
         self.due_at = math.inf if found.due_in is None else now + found.due_in
         if not found.batches:
             return 0
         self.claimed = len(found.batches)
         # Inside a pass's transaction, the batches start once it is over; otherwise at once.
-        worker._when_committed(functools.partial(self._start, found.batches, now))
+        self.when_committed(functools.partial(self._start, found.batches, now))
         return self.claimed
 
     def _start(self, found: list[tuple[Any, list[ClaimedJob]]], now: float) -> None:
-        worker = self.worker
+        ledger = self.ledger
         batches = []
-        with worker._lock:
+        with ledger.lock:
             for task, jobs in found:
                 members = []
                 for job in jobs:
-                    context = JobContext(
-                        job, owner=worker.id, driver=worker.driver, on_progress=None
-                    )
-                    stale = worker._running.get(job.id)
-                    if stale is not None:  # reaped, then claimed again while its body runs
-                        stale.context.abort(AbortReason.LEASE_LOST)
+                    context = JobContext(job, owner=self.owner, driver=self.driver)
                     item = RunningJob(
                         context, started=now, timeout=task.spec.timeout,
                         is_async=task.spec.is_async,
                     )  # fmt: skip
-                    worker._running[job.id] = item
-                    members.append((job, item))
-                worker._executing += 1  # one slot per batch
-                worker.claimed_count += len(jobs)
+                    members.append((job, ledger.lease(job.id, item)))
+                ledger.executing += 1  # one slot per batch
+                ledger.claimed_count += len(jobs)
                 batches.append(Batch(task, members))
-            worker.leases.schedule(worker._running, now)
+            self.leases.schedule(ledger.running, now)
         for batch in batches:
-            worker._inbox.put(batch)
+            self.inbox.put(batch)
 
     @property
     def idle(self) -> bool:
@@ -97,15 +120,13 @@ class Batches:
     def serve(self, batch: Batch, generation: int) -> int:
         """Run ``batch`` in this slot and hand its outcomes over; return the slot's connection
         generation (as ``Worker._slot`` keeps it)."""
-        worker = self.worker
         outcomes: dict[int, Outcome] = {}
         try:
-            if generation != worker._db_generation:  # the database restarted or dropped us
-                generation = worker._db_generation
+            if generation != self.generation():  # the database restarted or dropped us
+                generation = self.generation()
                 close_unusable_connections()
-            if batch.task.spec.is_async:
-                worker._ensure_loop()
-            outcomes = run_batch(batch, worker.driver, worker._loop)
+            loop = self.event_loop() if batch.task.spec.is_async else None
+            outcomes = run_batch(batch, self.driver, loop)
             for written in outcomes.values():
                 written.encoded()  # here, not on the control thread that batches them
         except Exception:
@@ -117,16 +138,14 @@ class Batches:
             except Exception:
                 logger.exception("batch of %s: could not tidy the slot's connections",
                                  batch.task.spec.name)  # fmt: skip
-            with worker._lock:
-                worker._executing -= 1
+            with self.ledger.lock:
+                self.ledger.executing -= 1
                 for job, item in batch.members:
                     ended = outcomes.get(job.id)
                     if ended is not None:
                         item.context.finished = True
-                        worker.completer.hand_over(ended, item.started)
+                        self.completer.hand_over(ended, item.started)
                     else:  # nothing to write: the lease runs out and the reaper retries it
-                        if worker._running.get(job.id) is item:
-                            del worker._running[job.id]
-                        worker.finished_count += 1
-            worker.wake.set()
+                        self.ledger.end(job.id, item)
+            self.wake.set()
         return generation

@@ -35,7 +35,6 @@ import datetime as dt
 import logging
 import math
 import queue as queue_module
-import random
 import threading
 import time
 import uuid
@@ -63,12 +62,13 @@ from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
 from ..models import Job
-from ..registry import find_task
 from ..states import Status
 from . import shutdown
 from .ahead import AheadBuffer
 from .batch import Batch, Batches
 from .completer import Completer
+from .ledger import Ledger
+from .planner import ClaimPlanner
 from .processes import ChildLimits, ProcessPool, SlotHost
 from .registration import Registration
 from .slots import SlotPool
@@ -76,6 +76,9 @@ from .slots import SlotPool
 logger = logging.getLogger("django_workqueue.worker")
 
 _MAX_ERROR_BACKOFF = 5.0
+
+#: What the control thread hands a slot: a job, a batch, or None (the slot ends).
+Handed = tuple[ClaimedJob, RunningJob] | Batch | None
 
 
 class Worker:
@@ -123,16 +126,15 @@ class Worker:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.started = threading.Event()
-        self.claimed_count = 0
-        self.finished_count = 0
-        self._running: dict[int, RunningJob] = {}  # leased by us: executing or being recorded
-        self._executing = 0  # jobs handed to slots whose body has not returned yet
+        self.ledger = Ledger()  # the jobs this worker holds, and its counts (ledger.py)
         self.completer = Completer(self.driver, self.id)
-        self._lock = threading.Lock()
-        self._inbox: queue_module.SimpleQueue[tuple[ClaimedJob, RunningJob] | Batch | None] = (
-            queue_module.SimpleQueue()
-        )
-        self.batches = Batches(self)  # batch tasks: a whole batch per slot (worker/batch.py)
+        self._inbox: queue_module.SimpleQueue[Handed] = queue_module.SimpleQueue()  # to the slots
+        self.batches = Batches(  # batch tasks: a whole batch per slot (batch.py)
+            self.driver, self.id, self.queues, ledger=self.ledger, inbox=self._inbox,
+            wake=self.wake, leases=self.leases, completer=self.completer,
+            event_loop=self._event_loop, when_committed=self._when_committed,
+            generation=lambda: self._db_generation,
+        )  # fmt: skip
         self._db_generation = 0  # bumped when the control thread loses its connection
         self._session: object | None = None  # the control connection last configured
         self.pool = SlotPool.build(
@@ -146,9 +148,7 @@ class Worker:
         # would run past them. The autoscaler grows on claims that fill the free slots: the
         # buffer would hide that demand. Neither kind of worker claims ahead.
         self.ahead = AheadBuffer(0 if queue_slots or max_concurrency else None)
-        self._backlog = False  # the last claim took all it asked for: more may be waiting
         self._requested: int | None = None  # slots asked for by operations.scale_worker
-        self._last_fill = (0, 0)  # (free slots, jobs claimed) in this pass, for the autoscaler
         self.backpressure = Backpressure.from_settings(self.id)
         self._loop: AsyncLoop | None = None
         self._listener: object | None = None
@@ -162,16 +162,9 @@ class Worker:
             self.alias, self.id, listening=self._listening, running=self._running_ids,
             wake=self.wake.set, standby=self._standby, stand_by=self._stand_by,
         )  # fmt: skip
-        self._poll_now = True  # the next pass claims: woken, or the first pass
-        self._last_poll = time.monotonic()  # the last claim of the slot loop
-        self._poll_jitter = 1.0
-        self._claim_deadline = math.inf  # set before each sleep (_sleep_for)
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
-        self._finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
         self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
-        self._began_in_pass: list[tuple[int, int]] = []  # written as begun, not yet committed
-        self._drained = False
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
             raise ValueError(f"pool must be 'threads' or 'processes', got {pool!r}")
@@ -183,6 +176,17 @@ class Worker:
         # round trip, where the pass's transaction (``_write_and_claim``) is four before its
         # jobs start. Threads share one core: the transaction's fewer round trips win.
         self._claim_first = self.processes is not None
+        # What a pass claims, and when (planner.py), with the claim-ahead buffer.
+        self.planner = ClaimPlanner(
+            self.driver, self.id, self.queues, ledger=self.ledger, pool=self.pool,
+            ahead=self.ahead, batches=self.batches, claimer=self.claimer,
+            backpressure=self.backpressure, leases=self.leases, inbox=self._inbox,
+            stopping=self.stopping, wake=self.wake, slots=lambda: self.concurrency,
+            children_ready=self._children_ready, listening=self._listening,
+            promote=lambda: self.maintainer.promoter.run_once(), on_progress=self._on_progress,
+            when_committed=self._when_committed, in_pass=lambda: self._starts is not None,
+            burst=burst, max_jobs=max_jobs, poll_interval=self.poll_interval,
+        )  # fmt: skip
         load_middlewares()  # WORKQUEUE["MIDDLEWARE"]: a bad path fails here, not in a job
 
     # --- public ---------------------------------------------------------------------------
@@ -202,20 +206,20 @@ class Worker:
                         break
                     free = self.concurrency - self.running_count
                     if claimed and free > 0 and not self._error_backoff:
-                        self._poll_now = True
+                        self.planner.poll_now = True
                         continue  # a full batch came back: more may be waiting
                     if self._error_backoff:  # wake-ups must not cut a backoff short
                         self.stopping.wait(self._backoff_for())
-                        self._poll_now = True
+                        self.planner.poll_now = True
                     else:
                         # Cleared only once seen: a wake-up that comes after a wait timed out
                         # stays set for the next wait, never cleared unseen.
-                        self._poll_now = self.wake.wait(self._sleep_for())
-                        if self._poll_now:
+                        self.planner.poll_now = self.wake.wait(self._sleep_for())
+                        if self.planner.poll_now:
                             self.wake.clear()
             finally:
                 signalling.worker_event(signals.worker_stopping, self)
-                shutdown.drain_and_stop(self)
+                self.shutdown_sequence().drain_and_stop()
                 signalling.worker_event(signals.worker_stopped, self)
         finally:
             serving.worker = outer
@@ -225,6 +229,20 @@ class Worker:
         """Stop claiming, let running jobs finish within the grace period, then return."""
         self.stopping.set()
         self.wake.set()
+
+    def shutdown_sequence(self) -> shutdown.Shutdown:
+        """The shutdown sequence over this worker's parts as they are now (``shutdown.py``)."""
+        return shutdown.Shutdown(
+            owner=self.id, alias=self.alias, driver=self.driver, grace_seconds=self.grace_seconds,
+            ledger=self.ledger, ahead=self.ahead, completer=self.completer, leases=self.leases,
+            maintainer=self.maintainer, registration=self.registration, pool=self.pool,
+            wake=self.wake, flush=self._flush, listener=self._listener, loop=self._loop,
+        )  # fmt: skip
+
+    def _children_ready(self) -> bool:
+        """Whether the slots can take jobs: a process pool's children have imported the
+        project (claims wait for them)."""
+        return self.processes is None or self.processes.ready.is_set()
 
     def _children_started(self, ok: bool) -> None:
         if not ok:  # the project cannot be imported in a child: nothing could run
@@ -240,8 +258,42 @@ class Worker:
     @property
     def running_count(self) -> int:
         """Jobs this worker holds a lease on (running, or finished and not yet recorded)."""
-        with self._lock:
-            return len(self._running)
+        return len(self.ledger)
+
+    # The ledger's state under the names tests and tools read (``ledger.py``).
+
+    @property
+    def claimed_count(self) -> int:
+        return self.ledger.claimed_count
+
+    @property
+    def finished_count(self) -> int:
+        return self.ledger.finished_count
+
+    @property
+    def _running(self) -> dict[int, RunningJob]:
+        return self.ledger.running
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self.ledger.lock
+
+    @property
+    def _executing(self) -> int:
+        return self.ledger.executing
+
+    @_executing.setter
+    def _executing(self, value: int) -> None:
+        self.ledger.executing = value
+
+    @property
+    def _poll_now(self) -> bool:
+        """Whether the next pass claims (the planner's; tests set it)."""
+        return self.planner.poll_now
+
+    @_poll_now.setter
+    def _poll_now(self, value: bool) -> None:
+        self.planner.poll_now = value
 
     # --- control loop ---------------------------------------------------------------------
 
@@ -275,7 +327,7 @@ class Worker:
         the claims; a lost connection ends the pass and backs off.
         """
         claimed = 0
-        self._last_fill = (0, 0)
+        self.planner.last_fill = (0, 0)
         failed = False
         self._connection_lost = False
         # A thread pool's maintenance comes before the pass's transaction, never inside it (its
@@ -328,8 +380,8 @@ class Worker:
         """
         until_renewal = self.leases.next_renewal - time.monotonic()
         if self._connection_lost and until_renewal <= 0:  # the renewal itself is failing
-            with self._lock:
-                renewal_interval = self.leases.interval(self._running)
+            with self.ledger.lock:
+                renewal_interval = self.leases.interval(self.ledger.running)
             return max(0.05, min(self._error_backoff, renewal_interval))
         return max(0.05, min(self._error_backoff, until_renewal))
 
@@ -376,8 +428,7 @@ class Worker:
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
-        with self._lock:
-            running = dict(self._running)
+        running = self.ledger.snapshot()
         self._check_timeouts(running, now)
         if not self.leases.due(now):
             return
@@ -394,40 +445,12 @@ class Worker:
 
     def _running_ids(self) -> set[int]:
         """The jobs this worker runs now (its reaper spares their leases)."""
-        with self._lock:
-            return set(self._running)
+        return self.ledger.ids()
 
     def _listening(self) -> bool:
         """Whether the LISTEN connection is up (NOTIFY wakes this worker)."""
         connected = getattr(self._listener, "connected", None)
         return connected is not None and connected.is_set()
-
-    def _next_poll(self) -> float:
-        """When the slot loop polls next without a wake-up (monotonic)."""
-        # Jobs left ready at their flow limit free up when another worker's job of the key
-        # ends, which nothing announces: poll as without NOTIFY until none is held back.
-        if self._listening() and not self.claimer.held:
-            interval = max(self.poll_interval, float(conf.LISTEN_POLL_INTERVAL))
-            return self._last_poll + interval * self._poll_jitter
-        return self._last_poll + self.poll_interval
-
-    def _claim_due_at(self, now: float) -> float:
-        """When the slot loop must claim even without a wake-up (monotonic): the next poll, a
-        filling batch's wait, the end of a backpressure pause, a rate limit freeing a start."""
-        retry_at = self.claimer.retry_at
-        return min(
-            self._next_poll(),
-            self.batches.wake_at(),
-            self.backpressure.paused_until(now),  # claims may start again then
-            retry_at if retry_at is not None and retry_at > now else math.inf,
-        )
-
-    def _claims_due(self, now: float) -> bool:
-        """Whether this pass claims: see the module's docstring. The deadline set before the
-        sleep counts: a pause or a rate limit that has just run out no longer shows one."""
-        if self._poll_now or self.burst or self.max_jobs is not None:
-            return True
-        return now >= min(self._claim_deadline, self._claim_due_at(now))
 
     def _on_progress(self, context: JobContext) -> None:
         if self.completer.report(context):  # otherwise it waits for its turn (progress_due_at)
@@ -451,12 +474,12 @@ class Worker:
         outcomes = self.completer.take_outcomes()
         if not outcomes:
             return self._fill()
-        self._starts, self._began_in_pass = [], []
+        self._starts, self.planner.began_in_pass = [], []
         try:
             with transaction.atomic(using=self.alias):
                 recorded = self.completer.record_in_pass(outcomes)
-                self._poll_now = True  # a retry without delay is ready again: claim
-                self._finishing = {
+                self.planner.poll_now = True  # a retry without delay is ready again: claim
+                self.planner.finishing = {
                     (o.job_id, o.attempt) for o in outcomes if o.job_id not in recorded.busy
                 }
                 claimed = self._fill()
@@ -466,22 +489,22 @@ class Worker:
                     # the whole pass unseen. Apart, then.
                     raise transaction.TransactionManagementError("a claim of the pass failed")
         except Exception as exc:
-            self._finishing, self._starts = set(), None  # claims rolled back: nothing starts
+            self.planner.finishing, self._starts = set(), None  # rolled back: nothing starts
             self.completer.put_back(outcomes)
             # Buffered jobs the slots took run all the same: written as begun again.
-            self.ahead.put_back([], self._began_in_pass)
-            self._began_in_pass = []
+            self.ahead.put_back([], self.planner.began_in_pass)
+            self.planner.began_in_pass = []
             if is_transient(exc) and not row_locked(self.driver, exc):
                 raise
             logger.info(
                 "worker %s: the pass's transaction failed (%s); writing its outcomes, then "
                 "claiming, each on its own", self.id, exc,
             )  # fmt: skip
-            self._poll_now = True  # the claim this pass still owes
+            self.planner.poll_now = True  # the claim this pass still owes
             self._flush()
             return self._fill()
-        starts, self._finishing, self._starts = self._starts, set(), None
-        self._began_in_pass = []
+        starts, self.planner.finishing, self._starts = self._starts, set(), None
+        self.planner.began_in_pass = []
         try:
             self._forget(*self.completer.settle(outcomes, recorded))
         finally:  # committed: the jobs are ours, whatever the bookkeeping met
@@ -500,22 +523,11 @@ class Worker:
         else:
             self._starts.append(start)
 
-    def _still_running(self) -> int:
-        """Jobs leased here, less those whose outcomes this pass writes before it claims
-        (forgotten once it commits): what could still put a job back (burst: not done)."""
-        if not self._finishing:
-            return len(self._running)
-        return sum(
-            1
-            for job_id, item in self._running.items()
-            if (job_id, item.context.attempt) not in self._finishing
-        )
-
     def _flush(self) -> tuple[list[Outcome], set[tuple[int, int]]]:
         """Write the outcomes slots handed over, then forget the jobs that are done."""
         done, written = self.completer.write_outcomes()
         if done:  # a retry without delay is ready again: claim
-            self._poll_now = True
+            self.planner.poll_now = True
             if self._claim_first:  # this pass's claim has run: the next pass claims at once
                 self.wake.set()
         return self._forget(done, written)
@@ -526,169 +538,19 @@ class Worker:
         """The outcomes ``done`` were dealt with (``written``, or stale): forget their jobs."""
         if any((outcome.job_id, outcome.attempt) not in written for outcome in done):
             self._doubt_liveness()  # the lease was lost: reaped as a dead worker's?
-        with self._lock:
-            for outcome in done:
-                item = self._running.get(outcome.job_id)
-                if item is not None and item.context.attempt == outcome.attempt:
-                    del self._running[outcome.job_id]  # not the entry of a later attempt
-                self.finished_count += 1
+        self.ledger.forget_done(done)
         return done, written
 
     def _fill(self) -> int:
-        with self._lock:
-            running_before = self._still_running()
-            executing = self._executing
-        free = self.concurrency - executing
-        self._drained = False
-        # Buffered jobs first (ahead.py): slots that are free take them, written as begun in
-        # the same step as those slots took themselves since the last pass.
-        free -= self._hand_out_ahead(0 if self.stopping.is_set() else free)
-        if self.max_jobs is not None:
-            free = min(free, self.max_jobs - self.claimed_count)
-        room = self.ahead.room(self.concurrency) if self.ahead.enabled else 0
-        # A stop (SIGTERM) may arrive in the middle of a pass: claim nothing after it, or the job
-        # would start only to be released at the end of the grace and run again elsewhere.
-        if (free <= 0 and room <= 0) or self.stopping.is_set():
-            return 0
-        free = max(free, 0)  # every slot busy: only the buffer claims
-        if self.processes is not None and not self.processes.ready.is_set():
-            return 0  # the children are still importing the project
-        if not self.backpressure.may_claim(slots=self.concurrency, busy=executing):
-            return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
-        if not self._claims_due(time.monotonic()):
-            return 0  # a pass for a renewal or maintenance: nothing says jobs are ready
-        self._poll_now = False
-        self._claim_deadline = math.inf
-        self._last_poll = time.monotonic()
-        self._poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
-        # First: a due batch has waited out its batch_wait.
-        batched = self.batches.fill(free) if free else 0
-        with self._lock:
-            claims = self.pool.claims(self.queues, free - batched)
-        if free:  # a pass for the buffer alone keeps what the last claims found held back
-            self.claimer.begin_pass()
-        jobs = [job for queues, limit in claims for job in self._claim(queues, limit)]
-        self._last_fill = (free, len(jobs) + batched)
-        # With every slot busy no claim for free slots says whether work is waiting: the last
-        # claim ahead does. A busy worker does not take a job an idle one is there to run.
-        ahead = self._claim_ahead(room, full=len(jobs) >= free - batched if free else self._backlog)
-        # Nothing ready, nothing due to be promoted, and nothing running that could still put
-        # a job back: burst is done.
-        self._drained = (
-            not jobs and not ahead and running_before == 0 and self.batches.idle
-            and not self.claimer.held
-        )  # fmt: skip
-        # A burst worker promotes for itself, maintainer or not: it must not exit while jobs
-        # are due.
-        if self._drained and self.burst and self.maintainer.promoter.run_once():
-            self._drained = False
-            self.wake.set()
-        if jobs or ahead:
-            self._when_committed(lambda: self._start_jobs(jobs, ahead))
-        return len(jobs) + batched
-
-    def _start_jobs(self, jobs: list[ClaimedJob], ahead: list[ClaimedJob]) -> None:
-        """Hand the jobs just claimed (and committed) to the slots, and those claimed ahead
-        to the buffer."""
-        now = time.monotonic()
-        with self._lock:
-            for job in jobs:
-                self._lease(job, now)
-                self._executing += 1
-                self.pool.began(job.queue)
-            # A buffered job's timeout runs from its take (math.inf: not yet, as processes.py).
-            buffered = [(job, self._lease(job, math.inf)) for job in ahead]
-        for job in jobs:
-            self._inbox.put((job, self._running[job.id]))
-        self.ahead.put(buffered)
-        self.claimed_count += len(jobs) + len(ahead)
-        with self._lock:
-            self.leases.schedule(self._running, now)
-            self.backpressure.count_claimed(now, len(jobs) + len(ahead))
-
-    def _lease(self, job: ClaimedJob, now: float) -> RunningJob:
-        """Hold ``job`` as this worker's (under the lock): its lease is renewed from now on."""
-        context = JobContext(job, owner=self.id, driver=self.driver, on_progress=self._on_progress)
-        task = find_task(job.task_name)
-        stale = self._running.get(job.id)
-        if stale is not None:  # reaped, then claimed again while its body runs here
-            stale.context.abort(AbortReason.LEASE_LOST)
-        item = self._running[job.id] = RunningJob(
-            context,
-            started=now,
-            timeout=task.spec.timeout if task else None,
-            is_async=bool(task and task.spec.is_async),
-        )
-        return item
-
-    def _claim_ahead(self, room: int, *, full: bool) -> list[ClaimedJob]:
-        """Plain jobs never claimed before, beyond the free slots, up to the buffer's
-        ``room`` (ahead.py); only when the claim for the free slots came back full: there is
-        more work than slots (``full``)."""
-        self._backlog = full
-        if not full:
-            return []
-        if self.max_jobs is not None:
-            room = min(room, self.max_jobs - self.claimed_count - self._last_fill[1])
-        if room <= 0:
-            return []
-        try:
-            ahead = self.driver.claim(self.queues, room, self.id, ahead=True)
-            self._backlog = len(ahead) >= room
-            return ahead
-        except Exception:
-            if not self._last_fill[1]:
-                raise
-            # The jobs claimed for the free slots are leased to this worker: run them.
-            logger.exception("worker %s: the claim ahead failed; running the jobs claimed "
-                             "for the free slots", self.id)  # fmt: skip
-            return []
-
-    def _hand_out_ahead(self, free: int) -> int:
-        """Hand up to ``free`` buffered jobs to the free slots, once the database knows that
-        they, and those slots took since the last pass, began (``Driver.began``)."""
-        if not self.ahead.enabled:
-            return 0
-        handed: list[tuple[ClaimedJob, RunningJob]] = []
-        with self._lock:
-            while len(handed) < free and (next_job := self._take_ahead()) is not None:
-                handed.append(next_job)
-        taken = self.ahead.taken()
-        if taken:
-            try:
-                written = self.driver.began(self.id, taken)
-            except Exception:
-                self.ahead.put_back(handed, taken)  # the later pass writes those slots took
-                raise
-            if self._starts is not None:  # in a pass's transaction: kept if it rolls back
-                self._began_in_pass = [lease for lease in taken if lease[0] in written]
-            # A row another session holds was skipped: the next pass tries it again while the
-            # job is still this worker's (its outcome written, or its lease lost: forgotten).
-            with self._lock:
-                again = [
-                    (pk, attempt) for pk, attempt in taken if pk not in written
-                    and (item := self._running.get(pk)) is not None
-                    and item.context.attempt == attempt and not item.context.lease_lost
-                ]  # fmt: skip
-            self.ahead.put_back([], again)
-        if handed:
-            now = time.monotonic()
-            with self._lock:
-                for job, item in handed:
-                    self._executing += 1
-                    self.pool.began(job.queue)
-                    item.started = now  # its timeout runs from now
-            for handed_job in handed:
-                self._inbox.put(handed_job)
-        return len(handed)
+        """The pass's claim step (``planner.py``); returns # claimed for the free slots."""
+        return self.planner.fill()
 
     def _scale(self) -> None:
         """Apply a ``scale_worker`` request (read by the heartbeat) or the autoscaler's choice,
         and show the slots in the registration row when they changed."""
         before, requested = self.concurrency, self._requested
-        with self._lock:
-            busy = self._executing
-        free, claimed = self._last_fill
+        busy = self.ledger.busy()
+        free, claimed = self.planner.last_fill
         slots = self.pool.rescale(requested, busy=busy, free=free, claimed=claimed, owner=self.id)
         self.concurrency = slots
         if requested is not None or slots != self.registration.concurrency:
@@ -710,7 +572,7 @@ class Worker:
     def _finished_work(self, claimed: int) -> bool:
         if self.max_jobs is not None and self.claimed_count >= self.max_jobs:
             return self.running_count == 0
-        if not (self.burst and self._drained and not self._error_backoff):
+        if not (self.burst and self.planner.drained and not self._error_backoff):
             return False
         return self.wait_scheduled is None or not self._scheduled_soon()
 
@@ -739,9 +601,9 @@ class Worker:
         # Never past the next renewal or the next maintenance run: with a long poll interval
         # (NOTIFY does the waking) scheduled jobs must still be promoted on time.
         now = time.monotonic()
-        self._claim_deadline = self._claim_due_at(now)
+        self.planner.claim_deadline = self.planner.claim_due_at(now)
         due = min(
-            self._claim_deadline,
+            self.planner.claim_deadline,
             self.leases.next_renewal,
             self.maintainer.next_run,
             self.completer.progress_due_at(),  # a throttled progress report's turn
@@ -767,8 +629,7 @@ class Worker:
 
     def _on_abort(self, job_id: int, reason: str) -> None:
         """A NOTIFY: the job must stop (e.g. ``cancel_job``); ignored unless it runs here."""
-        with self._lock:
-            item = self._running.get(job_id)
+        item = self.ledger.get(job_id)
         if item is None or item.context.finished:
             return
         try:
@@ -807,9 +668,8 @@ class Worker:
                 if child is not None:
                     outcome, pending = child.run(job, item)
                 else:
-                    if item.is_async:
-                        self._ensure_loop()
-                    outcome, pending = run(job, item.context, self.driver, self._loop)
+                    loop = self._event_loop() if item.is_async else self._loop
+                    outcome, pending = run(job, item.context, self.driver, loop)
                 if outcome is not None and pending:
                     outcome.encoded()  # here, not on the control thread that batches them
             except Exception:
@@ -819,8 +679,8 @@ class Worker:
                     tidy_connections()
                 except Exception:
                     logger.exception("job %s: could not tidy the slot's connections", job.id)
-                with self._lock:
-                    self._executing -= 1
+                with self.ledger.lock:
+                    self.ledger.executing -= 1
                     self.pool.ended(job.queue)
                     if outcome is not None:
                         self.backpressure.count_outcome(outcome.kind)
@@ -830,9 +690,7 @@ class Worker:
                     else:  # recorded in its own transaction, or nothing left to write
                         if outcome is not None:  # atomic: reported by the control thread
                             self.completer.written_elsewhere(outcome, item.started)
-                        if self._running.get(job.id) is item:  # not a later attempt's entry
-                            del self._running[job.id]
-                        self.finished_count += 1
+                        self.ledger.end(job.id, item)  # not a later attempt's entry
                 # Set once per wait is enough: the control thread clears it before the pass
                 # that flushes, and this outcome was handed over before the look.
                 if not self.wake.is_set():
@@ -845,35 +703,15 @@ class Worker:
             generation=lambda: self._db_generation, on_progress=self._on_progress,
         )  # fmt: skip
 
-    def _take(self) -> tuple[ClaimedJob, RunningJob] | Batch | None:
+    def _take(self) -> Handed:
         """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
         control thread hands over, waiting for it."""
-        if self.ahead.enabled and not self.stopping.is_set():
-            with self._lock:
-                handed = self._take_ahead()
-                if handed is not None:
-                    self._executing += 1
-                    self.pool.began(handed[0].queue)
-            if handed is not None:
-                handed[1].started = time.monotonic()  # its timeout runs from now
-                self.wake.set()  # the next pass writes that it began
-                return handed
-        return self._inbox.get()
+        handed = self.planner.take()
+        return handed if handed is not None else self._inbox.get()
 
-    def _take_ahead(self) -> tuple[ClaimedJob, RunningJob] | None:
-        """The next buffered job still leased to this worker (under the lock). One whose
-        lease was lost while it waited (reaped, uncharged, and maybe claimed elsewhere) is
-        forgotten, not run."""
-        while (handed := self.ahead.take()) is not None:
-            job, item = handed
-            if not item.context.lease_lost:
-                return handed
-            if self._running.get(job.id) is item:
-                del self._running[job.id]
-            logger.warning("job %s: its lease was lost while it waited for a slot; not run", job.id)
-        return None
-
-    def _ensure_loop(self) -> None:
-        with self._lock:
+    def _event_loop(self) -> AsyncLoop:
+        """The event loop async tasks run on, started by the first that needs it."""
+        with self.ledger.lock:
             if self._loop is None:
                 self._loop = AsyncLoop()
+            return self._loop

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -30,54 +33,192 @@ from ..outcomes import Outcome, OutcomeKind
 from ..workflow import release
 
 if TYPE_CHECKING:
-    from ..attempt.lease import RunningJob
-    from .runner import Worker
+    from ..attempt.asyncloop import AsyncLoop
+    from ..attempt.lease import LeaseKeeper, RunningJob
+    from ..db import Driver
+    from ..maintenance.maintainer import Maintainer
+    from .ahead import AheadBuffer
+    from .completer import Completer
+    from .ledger import Ledger
+    from .registration import Registration
+    from .slots import SlotPool
 
 logger = logging.getLogger("django_workqueue.worker")
 
 
-def drain_and_stop(worker: Worker) -> None:
-    """Wait up to the grace period for running jobs, release the rest, stop every thread."""
-    deadline = time.monotonic() + worker.grace_seconds
-    release_buffered(worker)
-    hand_over_maintenance(worker)
-    while worker.running_count and time.monotonic() < deadline:
-        worker.wake.clear()
-        with worker._lock:
-            running = dict(worker._running)
+@dataclass
+class Shutdown:
+    """The worker's shutdown sequence, given the parts it uses (``Worker.shutdown_sequence``
+    builds it when it is needed: the parts as they are then). ``flush`` writes the outcomes
+    slots handed over and forgets their jobs (``Worker._flush``)."""
+
+    owner: str
+    alias: str
+    driver: Driver
+    grace_seconds: float
+    ledger: Ledger
+    ahead: AheadBuffer
+    completer: Completer
+    leases: LeaseKeeper
+    maintainer: Maintainer
+    registration: Registration
+    pool: SlotPool
+    wake: threading.Event
+    flush: Callable[[], object]
+    listener: object | None = None
+    loop: AsyncLoop | None = None
+
+    def drain_and_stop(self) -> None:
+        """Wait up to the grace period for running jobs, release the rest, stop every thread."""
+        deadline = time.monotonic() + self.grace_seconds
+        self.release_buffered()
+        self.hand_over_maintenance()
+        while len(self.ledger) and time.monotonic() < deadline:
+            self.wake.clear()
+            running = self.ledger.snapshot()
+            try:
+                self.completer.write_progress()
+                self.flush()
+                if self.leases.due(time.monotonic()):
+                    self.leases.renew(running)
+            except Exception as exc:
+                logger.warning(
+                    "worker %s: lease renewal failed during shutdown: %s", self.owner, exc
+                )
+            self.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        self.release_remaining()
+        self.pool.stop()
+        wakeup.unregister(self.wake)
+        if self.listener is not None:
+            standby = getattr(self.listener, "standby", None)
+            self.listener.stop()  # type: ignore[attr-defined]
+            if standby is not None:  # given up on the way out, with a NOTIFY: another takes it
+                self.listener.join(timeout=2.0)  # type: ignore[attr-defined]
+        if self.loop is not None:
+            self.loop.close()
         try:
-            worker._write_progress()
-            worker._flush()
-            if worker.leases.due(time.monotonic()):
-                worker.leases.renew(running)
+            self.registration.unregister()
         except Exception as exc:
-            logger.warning("worker %s: lease renewal failed during shutdown: %s", worker.id, exc)
-        worker.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-    release_remaining(worker)
-    worker.pool.stop()
-    wakeup.unregister(worker.wake)
-    if worker._listener is not None:
-        standby = getattr(worker._listener, "standby", None)
-        worker._listener.stop()  # type: ignore[attr-defined]
-        if standby is not None:  # given up on the way out, with a NOTIFY: another takes it
-            worker._listener.join(timeout=2.0)  # type: ignore[attr-defined]
-    if worker._loop is not None:
-        worker._loop.close()
-    try:
-        worker.registration.unregister()
-    except Exception as exc:
-        logger.warning("worker %s: could not remove its registry row: %s", worker.id, exc)
-    connections[worker.alias].close()
-    logger.info("worker %s stopped after %s", worker.id, summary(worker))
+            logger.warning("worker %s: could not remove its registry row: %s", self.owner, exc)
+        connections[self.alias].close()
+        summary_text = summary(self.ledger.finished_count, self.completer.endings)
+        logger.info("worker %s stopped after %s", self.owner, summary_text)
+
+    def hand_over_maintenance(self) -> None:
+        """Give up the fleet's maintenance lease at once, not at the end of the drain, and say
+        so (a NOTIFY on PostgreSQL): another worker takes it over within a moment."""
+        try:
+            if self.maintainer.release():
+                self.driver.notify([RELEASED])
+        except Exception as exc:  # it expires on its own
+            logger.warning(
+                "worker %s: could not release the maintenance lease: %s", self.owner, exc
+            )
+
+    def release_buffered(self) -> None:
+        """At once: give the jobs claimed ahead that no slot took back to ready, uncharged
+        (they never began: ``worker/ahead.py``), and forget them; a release that fails leaves
+        them to their lease, and the reaper gives them back uncharged too."""
+        buffered = self.ahead.close()
+        taken = self.ahead.taken()
+        if taken:  # bodies that began since the last pass: a crash during the grace is charged
+            try:
+                self.driver.began(self.owner, taken)
+            except Exception as exc:
+                logger.warning("worker %s: could not write which jobs began: %s", self.owner, exc)
+        if not buffered:
+            return
+        with self.ledger.lock:
+            unstarted = {job.id: item for job, item in buffered}
+            for job_id, item in unstarted.items():
+                item.context.released = True
+                self.ledger.forget(job_id, item)
+        self._release(unstarted, "claimed ahead, never begun")
+
+    def release_remaining(self) -> None:
+        """Past the grace period: give unfinished jobs back to ready, uncharged."""
+        self._flush()
+        with self.ledger.lock:  # slots hand over under this lock: the snapshot sees every finish
+            running = self.ledger.running
+            unfinished = {k: v for k, v in running.items() if not v.context.finished}
+            for item in unfinished.values():
+                item.context.released = True
+        if not unfinished:
+            return
+        for item in unfinished.values():
+            item.context.abort(AbortReason.SHUTDOWN)
+        self._retake_late(self._release(unfinished, "at shutdown"))
+
+    def _release(self, items: dict[int, RunningJob], why: str) -> set[tuple[int, int]]:
+        """Write ``items`` back to ready, uncharged (``OutcomeKind.RELEASE``); return those
+        written ``(id, attempt)``."""
+        releases = [
+            Outcome(
+                job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
+                max_attempts=item.context.job.max_attempts,
+                attempts_charged=item.context.job.attempts_charged,
+                task_name=item.context.job.task_name,
+                queue=item.context.job.queue,
+            )
+            for job_id, item in items.items()
+        ]  # fmt: skip
+        self.completer.attach_progress(releases)  # a report still waiting for its turn lands too
+        try:
+            # Through release.record, like every worker write: a release the row turns into
+            # "cancelled" (a cancellation was requested) ends the job, and its workflow,
+            # signals and counters must learn of it in the same commit.
+            # A row another session holds is tried again for a bounded time
+            # (db/locking.py), never holding up the others; one still locked then is left to
+            # its lease.
+            record = functools.partial(release.record, self.driver, self.owner, skip_locked=True)
+            until = time.monotonic() + locking.OPERATION_LOCK_WAIT
+            written = locking.retry_in_place(
+                self.driver, releases, record, f"worker {self.owner}: release", until=until
+            ).written
+        except Exception as exc:  # the reaper will recover them instead
+            logger.warning("worker %s: release failed (%s); leases will expire", self.owner, exc)
+            written = set()
+        for job_id, _ in sorted(written):
+            logger.info("job %s released back to ready %s", job_id, why)
+        return written
+
+    def _retake_late(self, written: set[tuple[int, int]]) -> None:
+        # Bodies that returned after the snapshot: take their jobs back and write their outcomes.
+        late = self.completer.take({job_id for job_id, _ in written})
+        for outcome in late:
+            if outcome.kind == OutcomeKind.RELEASE:  # the body stopped as told: released already
+                continue
+            try:
+                retaken = self.driver.retake(self.owner, outcome.job_id, outcome.attempt)
+            except Exception as exc:
+                logger.warning(
+                    "job %s: could not take it back after release: %s", outcome.job_id, exc
+                )
+                retaken = False
+            if retaken:
+                self.completer.hand_over(outcome)
+            else:  # claimed by another worker meanwhile, or the release ended it (cancelled)
+                logger.warning(
+                    "job %s: its %s outcome arrived just after the job was released at "
+                    "shutdown and was not written: the job was claimed again or ended meanwhile",
+                    outcome.job_id, outcome.kind,
+                )  # fmt: skip
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # their leases will expire and be reaped
+            logger.warning("worker %s: could not write finished outcomes: %s", self.owner, exc)
 
 
-def summary(worker: Worker) -> str:
+def summary(attempts: int, endings: Mapping[str, int]) -> str:
     """What the worker did: ``9 attempts: 7 jobs finished (6 succeeded, 1 dead-lettered),
-    2 to run again (2 retried)``; attempts and the jobs they finished counted apart."""
-    endings = worker.completer.endings
+    2 to run again (2 retried)``; attempts and the jobs they finished counted apart
+    (``endings``: the completer's counts by ending)."""
     finished = {name: n for name, n in endings.items() if name in FINISHED and n}
     again = {name: n for name, n in endings.items() if name not in FINISHED and n}
-    text = f"{_count(worker.finished_count, 'attempt')}: "
+    text = f"{_count(attempts, 'attempt')}: "
     text += f"{_count(sum(finished.values()), 'job')} finished"
     if finished:
         text += f" ({_listed(finished)})"
@@ -92,111 +233,3 @@ def _count(n: int, noun: str) -> str:
 
 def _listed(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
-
-
-def hand_over_maintenance(worker: Worker) -> None:
-    """Give up the fleet's maintenance lease at once, not at the end of the drain, and say so
-    (a NOTIFY on PostgreSQL): another worker takes it over within a moment."""
-    try:
-        if worker.maintainer.release():
-            worker.driver.notify([RELEASED])
-    except Exception as exc:  # it expires on its own
-        logger.warning("worker %s: could not release the maintenance lease: %s", worker.id, exc)
-
-
-def release_buffered(worker: Worker) -> None:
-    """At once: give the jobs claimed ahead that no slot took back to ready, uncharged (they
-    never began: ``worker/ahead.py``), and forget them; a release that fails leaves them to
-    their lease, and the reaper gives them back uncharged too."""
-    buffered = worker.ahead.close()
-    taken = worker.ahead.taken()
-    if taken:  # bodies that began since the last pass: a crash during the grace is charged
-        try:
-            worker.driver.began(worker.id, taken)
-        except Exception as exc:
-            logger.warning("worker %s: could not write which jobs began: %s", worker.id, exc)
-    if not buffered:
-        return
-    with worker._lock:
-        unstarted = {job.id: item for job, item in buffered}
-        for job_id, item in unstarted.items():
-            item.context.released = True
-            if worker._running.get(job_id) is item:
-                del worker._running[job_id]
-    _release(worker, unstarted, "claimed ahead, never begun")
-
-
-def release_remaining(worker: Worker) -> None:
-    """Past the grace period: give unfinished jobs back to ready, uncharged."""
-    _flush(worker)
-    with worker._lock:  # slots hand over under this lock: the snapshot sees every finish
-        unfinished = {k: v for k, v in worker._running.items() if not v.context.finished}
-        for item in unfinished.values():
-            item.context.released = True
-    if not unfinished:
-        return
-    for item in unfinished.values():
-        item.context.abort(AbortReason.SHUTDOWN)
-    _retake_late(worker, _release(worker, unfinished, "at shutdown"))
-
-
-def _release(worker: Worker, items: dict[int, RunningJob], why: str) -> set[tuple[int, int]]:
-    """Write ``items`` back to ready, uncharged (``OutcomeKind.RELEASE``); return those
-    written ``(id, attempt)``."""
-    releases = [
-        Outcome(
-            job_id=job_id, attempt=item.context.attempt, kind=OutcomeKind.RELEASE,
-            max_attempts=item.context.job.max_attempts,
-            attempts_charged=item.context.job.attempts_charged,
-            task_name=item.context.job.task_name,
-            queue=item.context.job.queue,
-        )
-        for job_id, item in items.items()
-    ]  # fmt: skip
-    worker.completer.attach_progress(releases)  # a report still waiting for its turn lands too
-    try:
-        # Through release.record, like every worker write: a release the row turns into
-        # "cancelled" (a cancellation was requested) ends the job, and its workflow, signals
-        # and counters must learn of it in the same commit.
-        # A row another session holds is tried again for a bounded time (db/locking.py),
-        # never holding up the others; one still locked then is left to its lease.
-        record = functools.partial(release.record, worker.driver, worker.id, skip_locked=True)
-        until = time.monotonic() + locking.OPERATION_LOCK_WAIT
-        written = locking.retry_in_place(
-            worker.driver, releases, record, f"worker {worker.id}: release", until=until
-        ).written
-    except Exception as exc:  # the reaper will recover them instead
-        logger.warning("worker %s: release failed (%s); leases will expire", worker.id, exc)
-        written = set()
-    for job_id, _ in sorted(written):
-        logger.info("job %s released back to ready %s", job_id, why)
-    return written
-
-
-def _retake_late(worker: Worker, written: set[tuple[int, int]]) -> None:
-    # Bodies that returned after the snapshot: take their jobs back and write their outcomes.
-    late = worker.completer.take({job_id for job_id, _ in written})
-    for outcome in late:
-        if outcome.kind == OutcomeKind.RELEASE:  # the body stopped as told: released already
-            continue
-        try:
-            retaken = worker.driver.retake(worker.id, outcome.job_id, outcome.attempt)
-        except Exception as exc:
-            logger.warning("job %s: could not take it back after release: %s", outcome.job_id, exc)
-            retaken = False
-        if retaken:
-            worker.completer.hand_over(outcome)
-        else:  # claimed by another worker meanwhile, or the release ended it (cancelled)
-            logger.warning(
-                "job %s: its %s outcome arrived just after the job was released at shutdown "
-                "and was not written: the job was claimed again or ended meanwhile",
-                outcome.job_id, outcome.kind,
-            )  # fmt: skip
-    _flush(worker)
-
-
-def _flush(worker: Worker) -> None:
-    try:
-        worker._flush()
-    except Exception as exc:  # their leases will expire and be reaped
-        logger.warning("worker %s: could not write finished outcomes: %s", worker.id, exc)

@@ -4,7 +4,7 @@ Simulated workers ("owners") use the worker's own building blocks, in this threa
 test database (SQLite or PostgreSQL): claims through the driver (``Driver.claim``), the
 heartbeat (``LeaseKeeper.renew``), the job pipeline (``execution.run``) and the batched outcome
 writes (``Completer``, i.e. ``Driver.record_many``); the graceful-shutdown release
-(``shutdown.release_remaining`` of a real, unstarted ``Worker``, with its retake of jobs whose
+(``Shutdown.release_remaining`` of a real, unstarted ``Worker``, with its retake of jobs whose
 body returned as they were released); the maintenance services as the worker calls them
 (``reaper.run_once``, ``promoter.run_once``) and one promotion batch (``Driver.promote``);
 enqueue through ``Task.using().enqueue``; ``cancel_job``, ``redrive`` and ``retry_job`` from
@@ -91,7 +91,6 @@ from django_workqueue.maintenance import promoter, reaper
 from django_workqueue.models import Job, WorkerProcess
 from django_workqueue.operations import cancel_job, redrive, retry_job
 from django_workqueue.states import ACTIVE, TERMINAL, Status, can_transition
-from django_workqueue.worker import shutdown
 from django_workqueue.worker.completer import Completer
 from django_workqueue.worker.runner import Worker
 from testproject.testapp.models import Effect
@@ -588,7 +587,7 @@ class JobMachine(RuleBasedStateMachine):
 
         moment = ReleaseMoment(worker.driver, bodies_return)
         worker.driver = moment  # type: ignore[assignment]
-        shutdown.release_remaining(worker)
+        worker.shutdown_sequence().release_remaining()
         if moment.failure is not None:
             raise moment.failure
         assert worker.completer.pending == 0, "the shutdown left outcomes unwritten"

@@ -192,7 +192,7 @@ STALLED = "worker-that-stalled"
 
 def reclaimed_by_the_same_worker() -> tuple[ClaimedJob, ClaimedJob]:
     """Attempt 1 of a job, reaped while its body still ran, then claimed again as attempt 2 by
-    the same worker (the runner keeps both bodies running: see ``Worker._fill``)."""
+    the same worker (the runner keeps both bodies running: see ``Ledger.lease``)."""
     job = add.enqueue(1, 2)
     [first] = driver().claim(["default"], 1, STALLED)
     with expire_and_reap(job):

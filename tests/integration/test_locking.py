@@ -436,7 +436,6 @@ def test_a_release_at_shutdown_gives_back_the_other_jobs_and_the_held_one_once_f
     hold: Any, tries: Any
 ) -> None:
     from django_workqueue.attempt.lease import RunningJob
-    from django_workqueue.worker import shutdown
     from django_workqueue.worker.runner import Worker
 
     worker = Worker(concurrency=2)
@@ -447,7 +446,7 @@ def test_a_release_at_shutdown_gives_back_the_other_jobs_and_the_held_one_once_f
             JobContext(claimed, owner=worker.id, driver=worker.driver)
         )
     release = hold(Job, held.pk)
-    releasing = in_thread(lambda: shutdown.release_remaining(worker))
+    releasing = in_thread(lambda: worker.shutdown_sequence().release_remaining())
     wait_until(lambda: tries(held.pk)() >= 2, timeout=20, message="the held job tried again")
     assert fresh(free).status == "ready"  # given back at once, not held up by the other
     assert fresh(held).status == "running"

@@ -129,7 +129,6 @@ def test_a_release_that_ends_a_cancel_requested_step_releases_its_workflow_and_s
     from django_workqueue.attempt.lease import RunningJob
     from django_workqueue.context import JobContext
     from django_workqueue.models import Job
-    from django_workqueue.worker import shutdown
     from testproject.testapp.tasks import add
 
     cancelled: list[int] = []
@@ -148,7 +147,7 @@ def test_a_release_that_ends_a_cancel_requested_step_releases_its_workflow_and_s
         context = JobContext(claimed, owner=worker.id, driver=worker.driver)
         worker._running[first.pk] = RunningJob(context)
 
-        shutdown.release_remaining(worker)
+        worker.shutdown_sequence().release_remaining()
     finally:
         signals.job_cancelled.disconnect(receive)
 

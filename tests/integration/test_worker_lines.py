@@ -79,7 +79,7 @@ def test_each_ending_is_one_line_once_written(drain, caplog):
 
     # 5 attempts; 3 jobs finished; the retry and the snooze run again.
     assert worker.finished_count == 5
-    assert summary(worker) == (
+    assert summary(worker.finished_count, worker.completer.endings) == (
         "5 attempts: 3 jobs finished (1 discarded, 2 succeeded), "
         "2 to run again (1 retried, 1 snoozed)"
     )

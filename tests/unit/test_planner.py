@@ -1,0 +1,156 @@
+"""The worker's claim planner (``worker/planner.py``) on its own: when a pass claims, how far
+ahead it claims, and what a slot takes from the buffer (no database: fakes for the rest)."""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from django_workqueue.attempt.lease import RunningJob
+from django_workqueue.db import ClaimedJob
+from django_workqueue.worker.ahead import AheadBuffer
+from django_workqueue.worker.ledger import Ledger
+from django_workqueue.worker.planner import ClaimPlanner
+
+
+@dataclass
+class FakeContext:
+    attempt: int = 1
+    lease_lost: bool = False
+
+
+@dataclass
+class FakeClaimer:
+    held: bool = False
+    retry_at: float | None = None
+
+
+@dataclass
+class FakeBatches:
+    due: float = math.inf
+
+    def wake_at(self) -> float:
+        return self.due
+
+
+@dataclass
+class FakeBackpressure:
+    until: float = math.inf
+
+    def paused_until(self, now: float) -> float:
+        return self.until
+
+
+@dataclass
+class FakeDriver:
+    answers: list[Any] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
+
+    def claim(self, queues: Any, limit: int, owner: str, *, ahead: bool = False) -> Any:
+        assert ahead
+        self.asked.append(limit)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.began_queues: list[str] = []
+
+    def began(self, queue_name: str) -> None:
+        self.began_queues.append(queue_name)
+
+
+def planner(**options: Any) -> ClaimPlanner:
+    parts: dict[str, Any] = dict(
+        ledger=Ledger(), pool=FakePool(), ahead=AheadBuffer(1), batches=FakeBatches(),
+        claimer=FakeClaimer(), backpressure=FakeBackpressure(), leases=None,
+        inbox=queue.SimpleQueue(), stopping=threading.Event(), wake=threading.Event(),
+        slots=lambda: 2, children_ready=lambda: True, listening=lambda: False,
+        promote=lambda: 0, when_committed=lambda start: start(), in_pass=lambda: False,
+        on_progress=lambda context: None, poll_interval=1.0,
+    )  # fmt: skip
+    driver = options.pop("driver", FakeDriver())
+    parts.update(options)
+    return ClaimPlanner(driver, "w", ["default"], **parts)
+
+
+def job(pk: int) -> ClaimedJob:
+    return ClaimedJob(pk, "t", "default", 0, 1, 3, 0, 60, None, False, "[[1], {}]")
+
+
+def ids(jobs: list[ClaimedJob]) -> list[int]:
+    return [each.id for each in jobs]
+
+
+def test_a_pass_claims_when_woken_or_when_a_poll_batch_pause_or_rate_limit_is_due() -> None:
+    plan = planner()
+    plan.last_poll = 100.0
+    assert plan.claims_due(100.5)  # the first pass
+    plan.poll_now = False
+    assert not plan.claims_due(100.5)
+    assert plan.claims_due(101.0)  # the poll interval ran out
+    for later in (
+        {"batches": FakeBatches(due=100.2)},
+        {"backpressure": FakeBackpressure(until=100.2)},
+        {"claimer": FakeClaimer(retry_at=100.2)},
+    ):
+        other = planner(**later)
+        other.poll_now, other.last_poll = False, 100.0
+        assert not other.claims_due(100.1), later
+        # Set before the sleep: a rate limit that has run out no longer shows, this does.
+        other.claim_deadline = other.claim_due_at(100.1)
+        assert other.claims_due(100.3), later
+    assert planner(burst=True, poll_interval=1e9).claims_due(0.0)
+
+
+def test_listening_polls_at_the_listen_interval_unless_a_flow_limit_holds_jobs_back() -> None:
+    listening = planner(listening=lambda: True)
+    listening.last_poll, listening.poll_jitter = 100.0, 1.25
+    assert listening.next_poll() > 101.0  # LISTEN_POLL_INTERVAL (jittered), not the poll's
+    held = planner(listening=lambda: True, claimer=FakeClaimer(held=True))
+    held.last_poll = 100.0
+    assert held.next_poll() == 101.0
+
+
+def test_a_claim_ahead_needs_a_full_claim_and_stays_within_max_jobs() -> None:
+    driver = FakeDriver(answers=[[job(1)], [job(2), job(3)]])
+    plan = planner(driver=driver, max_jobs=10)
+    assert plan.claim_ahead(4, full=False) == [] and not plan.backlog and driver.asked == []
+    plan.ledger.claimed_count, plan.last_fill = 5, (2, 2)
+    assert ids(plan.claim_ahead(4, full=True)) == [1]  # room 4, but 3 left of max_jobs
+    assert driver.asked == [3] and not plan.backlog  # it came back short
+    assert ids(plan.claim_ahead(2, full=True)) == [2, 3] and plan.backlog
+
+
+def test_a_failed_claim_ahead_runs_the_jobs_claimed_for_the_free_slots() -> None:
+    plan = planner(driver=FakeDriver(answers=[RuntimeError("no"), RuntimeError("no")]))
+    plan.last_fill = (2, 2)
+    assert plan.claim_ahead(2, full=True) == []
+    plan.last_fill = (2, 0)
+    with pytest.raises(RuntimeError):
+        plan.claim_ahead(2, full=True)
+
+
+def test_a_slot_takes_a_buffered_job_unless_stopping_and_never_one_whose_lease_was_lost() -> None:
+    plan = planner()
+    lost, kept = RunningJob(FakeContext(lease_lost=True)), RunningJob(FakeContext())  # type: ignore[arg-type]
+    with plan.ledger.lock:
+        plan.ledger.lease(1, lost)
+        plan.ledger.lease(2, kept)
+    plan.ahead.put([(job(1), lost), (job(2), kept)])
+    plan.stopping.set()
+    assert plan.take() is None
+    plan.stopping.clear()
+    taken = plan.take()
+    assert taken is not None and taken[0].id == 2 and taken[1] is kept
+    assert plan.ledger.ids() == {2}  # the lost one is forgotten, not run
+    assert plan.ledger.executing == 1 and plan.pool.began_queues == ["default"]  # type: ignore[attr-defined]
+    assert plan.wake.is_set() and plan.take() is None
