@@ -344,7 +344,11 @@ def test_a_pass_whose_session_the_server_ends_before_its_claim_loses_nothing(mon
 
     def end_the_session_then_claim(queues, limit):
         if not ended:
-            ended.append(connection.connection.info.backend_pid)
+            # The backend serving the pass's open transaction: asked of the server, since
+            # through a pooler the client's own idea of it (``info.backend_pid``) is the pooler's.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                ended.append(cursor.fetchone()[0])
             terminator = threading.Thread(target=_terminate, args=(ended[0],))
             terminator.start()
             terminator.join()
