@@ -31,14 +31,12 @@ from ..registry import find_task
 if TYPE_CHECKING:
     from ..flow.backpressure import Backpressure
     from ..flow.claimer import Claimer
-    from .ahead import AheadBuffer
+    from .ahead import AheadBuffer, Handed
     from .batch import Batches
     from .ledger import Ledger
     from .slots import SlotPool
 
 logger = logging.getLogger("django_workqueue.worker")
-
-Handed = tuple[ClaimedJob, RunningJob]
 
 
 class ClaimPlanner:

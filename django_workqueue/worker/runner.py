@@ -78,7 +78,7 @@ logger = logging.getLogger("django_workqueue.worker")
 _MAX_ERROR_BACKOFF = 5.0
 
 #: What the control thread hands a slot: a job, a batch, or None (the slot ends).
-Handed = tuple[ClaimedJob, RunningJob] | Batch | None
+InboxItem = tuple[ClaimedJob, RunningJob] | Batch | None
 
 
 class Worker:
@@ -128,7 +128,7 @@ class Worker:
         self.started = threading.Event()
         self.ledger = Ledger()  # the jobs this worker holds, and its counts (ledger.py)
         self.completer = Completer(self.driver, self.id)
-        self._inbox: queue_module.SimpleQueue[Handed] = queue_module.SimpleQueue()  # to the slots
+        self._inbox: queue_module.SimpleQueue[InboxItem] = queue_module.SimpleQueue()  # slots
         self.batches = Batches(  # batch tasks: a whole batch per slot (batch.py)
             self.driver, self.id, self.queues, ledger=self.ledger, inbox=self._inbox,
             wake=self.wake, leases=self.leases, completer=self.completer,
@@ -703,7 +703,7 @@ class Worker:
             generation=lambda: self._db_generation, on_progress=self._on_progress,
         )  # fmt: skip
 
-    def _take(self) -> Handed:
+    def _take(self) -> InboxItem:
         """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
         control thread hands over, waiting for it."""
         handed = self.planner.take()
