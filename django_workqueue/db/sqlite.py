@@ -265,9 +265,10 @@ class SQLiteDriver(Driver):
         # over-admitted. (Under transaction_mode DEFERRED, warned against by check_settings,
         # the walk reads a snapshot and the claim's write fails with "database is locked" if
         # another connection committed since: an error, never an over-admission.)
-        # That lock is what serialises the claimers of a key here, not its row (SQLite has no
-        # row locks): a key without a row is every key's lock already held, with no starts;
-        # rows are written only when a rate's starts are (write_flow_starts).
+        # That lock, not a row, is what serialises the claimers of a key here (SQLite has no
+        # row locks), so a key needs no row to be claimed under its limits: a key without one
+        # has no recorded starts, and rows are written only with a rate's starts
+        # (write_flow_starts).
         hold.begin()
         counted = [name for name, counts in limited.items() if counts]
         look = {"limited": json.dumps(list(limited)), "counted": json.dumps(counted),
