@@ -521,6 +521,8 @@ class FlowLimit(models.Model):
     Claims of a limited key lock its row first (one claimer per key at a time, the others skip
     the key), then count the key's running jobs and its starts within the rate's period: the
     count is exact because every claimer of the key holds the lock while it counts and writes.
+    SQLite has no row locks: there the write lock of the claim's transaction serialises every
+    claimer, and a row is made only to hold a rate's starts.
     """
 
     key = models.CharField(primary_key=True, max_length=255)

@@ -12,7 +12,7 @@ import json
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import process_identity
-from ..models import WorkerProcess
+from ..models import FlowLimit, WorkerProcess
 from ..outcomes import Outcome
 from ..states import TERMINAL
 from .base import (
@@ -36,6 +36,7 @@ from .base import (
     Encoded,
     Ended,
     FlowGroup,
+    FlowHold,
     FlowPick,
     Inserted,
     LivenessToken,
@@ -246,11 +247,94 @@ class SQLiteDriver(Driver):
         ahead = self._walk_keys(queues, after, None, limit)
         if len(ahead) < limit and after:
             ahead += self._walk_keys(queues, "", after, limit)[: limit - len(ahead)]
-        return ahead
+        return [FlowGroup(queue, key, task) for queue, key, task in ahead]
+
+    def walk_flow_limits(
+        self,
+        hold: FlowHold,
+        queues: Sequence[str],
+        after: str,
+        limit: int,
+        limited: Mapping[str, bool],
+        prefix: str,
+    ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
+        # One statement walks the keys, reads the limit keys' rows and counts their running
+        # jobs, inside the claim's transaction, begun first: BEGIN IMMEDIATE takes the
+        # database's write lock, so from the count to the claim's COMMIT no other connection
+        # writes, and what was counted is what the claim admits against: a limit is never
+        # over-admitted. (Under transaction_mode DEFERRED, warned against by check_settings,
+        # the walk reads a snapshot and the claim's write fails with "database is locked" if
+        # another connection committed since: an error, never an over-admission.)
+        # That lock, not a row, is what serialises the claimers of a key here (SQLite has no
+        # row locks), so a key needs no row to be claimed under its limits: a key without one
+        # has no recorded starts, and rows are written only with a rate's starts
+        # (write_flow_starts).
+        hold.begin()
+        counted = [name for name, counts in limited.items() if counts]
+        look = {"limited": json.dumps(list(limited)), "counted": json.dumps(counted),
+                "prefix": prefix}  # fmt: skip
+        rows = self._walk_keys(queues, after, None, limit, look)
+        if len(rows) < limit and after:
+            rows += self._walk_keys(queues, "", after, limit, look)[: limit - len(rows)]
+        locked = {key: (json.loads(starts) if starts else [], int(running))
+                  for _, key, _, is_limit, starts, running in rows if is_limit}  # fmt: skip
+        return [FlowGroup(queue, key, task) for queue, key, task, *_ in rows], locked
+
+    def lock_flow_limits(
+        self, keys: Sequence[str], counted: Collection[str]
+    ) -> dict[str, tuple[list[list[float]], int]]:
+        # After a walk alone (flow/claim.py), inside the transaction begun just before: the
+        # rows there are and the running jobs, under the write lock, as walk_flow_limits reads
+        # them; no row is made.
+        if not keys:
+            return {}
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        sql = (
+            f"SELECT u.value, l.starts, CASE WHEN u.value IN (SELECT value FROM "
+            f"json_each(:counted)) THEN {self._running('u.value')} ELSE 0 END "
+            f"FROM json_each(:keys) AS u LEFT JOIN {limits} AS l ON l.key = u.value"
+        )
+        params = {"keys": json.dumps(list(keys)), "counted": json.dumps(list(counted))}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        return {key: (json.loads(starts) if starts else [], int(n)) for key, starts, n in rows}
+
+    def _running(self, key: str) -> str:
+        """The running jobs of the flow key ``key`` (an SQL expression), on wq_job_flow_running."""
+        return (
+            f"(SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"AND j.flow_key IS NOT NULL AND j.flow_key = {key})"
+        )
+
+    def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
+        # One upsert: a key's row is made by its first starts (walk_flow_limits makes none).
+        if not starts:
+            return
+        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+        rows = ", ".join(f"(:k{i}, json(:s{i}), {_CLOCK})" for i in range(len(starts)))
+        params: dict[str, Any] = {}
+        for i, (key, value) in enumerate(starts.items()):
+            params[f"k{i}"], params[f"s{i}"] = key, json.dumps(value)
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {limits} (key, starts, updated_at) VALUES {rows} "
+                f"ON CONFLICT (key) DO UPDATE SET starts = excluded.starts, "
+                f"updated_at = excluded.updated_at",
+                params,
+            )
 
     def _walk_keys(
-        self, queues: Sequence[str], low: str, high: str | None, limit: int
-    ) -> list[FlowGroup]:
+        self,
+        queues: Sequence[str],
+        low: str,
+        high: str | None,
+        limit: int,
+        look: Mapping[str, str] | None = None,
+    ) -> list[Any]:
+        """The walk's rows (queue, key, task); with ``look`` (``walk_flow_limits``) each also
+        says whether it is a limit key, and has the key's limit row's starts (None: no row)
+        and its running jobs (counted for tasks with ``concurrency=`` only)."""
         if not queues or limit <= 0:
             return []
         ready = (
@@ -260,24 +344,36 @@ class SQLiteDriver(Driver):
         bound = "" if high is None else " AND flow_key <= :high"
         step = f"SELECT flow_key {ready} AND flow_key > {{low}}{bound} ORDER BY flow_key LIMIT 1"
         served = " UNION ALL ".join(f"SELECT :q{i}" for i in range(len(queues)))
+        walked = (
+            f"SELECT w.queue, w.key, (SELECT task_name "
+            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task "
+            f"FROM walk AS w WHERE w.key IS NOT NULL"
+        )
+        if look is not None:
+            limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+            walked = (
+                f"SELECT g.queue, g.key, g.task, g.is_limit, l.starts, CASE WHEN g.is_limit "
+                f"AND g.task IN (SELECT value FROM json_each(:counted)) "
+                f"THEN {self._running('g.key')} ELSE 0 END "
+                f"FROM (SELECT *, task IN (SELECT value FROM json_each(:limited)) "
+                f"AND substr(key, 1, length(:prefix)) = :prefix AS is_limit FROM ({walked})) AS g "
+                f"LEFT JOIN {limits} AS l ON g.is_limit AND l.key = g.key"
+            )
         sql = (
             f"WITH RECURSIVE served(name) AS ({served}), walk(queue, key, n) AS ("
             f"SELECT s.name, ({step.format(queue='s.name', low=':low')}), 1 FROM served AS s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = s.name AND p.paused_at IS NOT NULL) "
             f"UNION ALL SELECT w.queue, ({step.format(queue='w.queue', low='w.key')}), w.n + 1 "
-            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit) "
-            f"SELECT w.queue, w.key, (SELECT task_name "
-            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) "
-            f"FROM walk AS w WHERE w.key IS NOT NULL"
+            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit) {walked}"
         )
-        params: dict[str, Any] = {"low": low, "high": high, "limit": limit}
+        params: dict[str, Any] = {"low": low, "high": high, "limit": limit, **(look or {})}
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         rows.sort(key=lambda row: (row[1], row[0]))
-        return [FlowGroup(queue, key, task) for queue, key, task in rows[:limit]]
+        return rows[:limit]
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None

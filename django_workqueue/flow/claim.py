@@ -10,7 +10,9 @@ the plain one. Each call:
    worker is claiming right now is left to it this time), counts the key's running jobs and
    its starts within the rate's period, and so knows how many jobs each key may start. While
    walks meet limit keys, the walk and the lock are one call (``Driver.walk_flow_limits``):
-   on PostgreSQL one round trip, with the transaction's BEGIN;
+   on PostgreSQL one round trip, with the transaction's BEGIN; on SQLite one statement
+   under the write lock BEGIN IMMEDIATE took first, which serialises every claimer (no row
+   locks there: a key's row is made only for a rate's starts);
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10;
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
