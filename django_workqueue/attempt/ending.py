@@ -21,7 +21,7 @@ import asyncio
 import logging
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -276,49 +276,17 @@ def log_endings(
     handlers. Lazy: whether each level is enabled is asked once per call, and a disabled line
     costs a dict look-up.
     """
-    outcomes = list(outcomes)
-    names = ending_names(outcomes, ended_as)
-    log_lines(outcomes, names)
-    return Counter(names)
-
-
-def ending_names(
-    outcomes: Sequence[Outcome], ended_as: Mapping[int, str] | None = None
-) -> list[str]:
-    """``ending_name`` of each written outcome (``ended_as``: the status each job's row was
-    written with, where the write returned it)."""
     ended_as = ended_as or {}
-    return [ending_name(outcome, ended_as.get(outcome.job_id)) for outcome in outcomes]
-
-
-def lines_enabled() -> bool:
-    """Whether ``log_lines`` would write any line at all (the least level of an ending's)."""
-    return job_logger.isEnabledFor(_LEAST_LEVEL)
-
-
-def log_lines(
-    outcomes: Sequence[Outcome],
-    names: Sequence[str],
-    on_error: Callable[[Outcome, Exception], None] | None = None,
-) -> None:
-    """The line of each written outcome (``names``: its ``ending_name``), as ``log_endings``
-    says; with ``on_error``, a line whose handler raises is handed to it and the others are
-    still written."""
     enabled = {level: job_logger.isEnabledFor(level) for level in set(_LEVELS.values())}
-    if not any(enabled.values()):
-        return
     with_traceback = job_logger.isEnabledFor(logging.DEBUG)
-    for outcome, name in zip(outcomes, names, strict=True):
+    counts: Counter[str] = Counter()
+    for outcome in outcomes:
+        name = ending_name(outcome, ended_as.get(outcome.job_id))
+        counts[name] += 1
         level = _LEVELS[name]
-        if not enabled[level]:
-            continue
-        if on_error is None:
+        if enabled[level]:
             _log_ending(outcome, name, level, with_traceback)
-            continue
-        try:
-            _log_ending(outcome, name, level, with_traceback)
-        except Exception as exc:
-            on_error(outcome, exc)
+    return counts
 
 
 def ending_name(outcome: Outcome, written_status: str | None = None) -> str:
@@ -342,7 +310,6 @@ _LEVELS = {
     "dead-lettered": logging.ERROR,
 }  # fmt: skip
 ENDINGS = tuple(_LEVELS)
-_LEAST_LEVEL = min(_LEVELS.values())
 """Every ending a worker reports; ``discarded`` and ``dead-lettered`` leave the job failed."""
 FINISHED = frozenset({"succeeded", "cancelled", "discarded", "dead-lettered"})
 """The endings that finish their job."""

@@ -27,13 +27,12 @@ import threading
 import time
 
 from ..attempt.connections import is_transient
-from ..attempt.ending import ending_names, log_not_written, unstorable
+from ..attempt.ending import log_endings, log_not_written, unstorable
 from ..attempt.throttle import ProgressThrottle
 from ..context import JobContext
 from ..db import Driver, Outcome, Progress, Recorded
 from ..db.locking import LOCKED_RETRY_SECONDS, is_locked, row_locked
 from ..workflow import release
-from .lines import LineWriter
 
 logger = logging.getLogger("django_workqueue.worker")
 
@@ -50,8 +49,6 @@ class Completer:
         self._retry_at = math.inf  # monotonic: when outcomes kept for a locked row retry
         self.endings: collections.Counter[str] = collections.Counter()
         """How many attempts ended how (``ending.ENDINGS``), counted once written."""
-        self.lines = LineWriter()
-        """Writes each written outcome's line off the control thread (``lines.py``)."""
 
     def hand_over(self, outcome: Outcome, started: float | None = None) -> None:
         """Called by a slot: this outcome is to be written (the slot is free now). ``started``
@@ -244,9 +241,7 @@ class Completer:
     def _report(self, written: list[Outcome], ended_as: dict[int, str]) -> None:
         """The line of each written outcome, and the worker's count of endings."""
         if written:
-            names = ending_names(written, ended_as)
-            self.endings.update(names)
-            self.lines.write(written, names)
+            self.endings.update(log_endings(written, ended_as))
 
     def attach_progress(self, outcomes: list[Outcome]) -> None:
         """Each job's last progress report goes out with its outcome, in the same write."""

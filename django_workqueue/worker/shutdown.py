@@ -101,7 +101,6 @@ class Shutdown:
         except Exception as exc:
             logger.warning("worker %s: could not remove its registry row: %s", self.owner, exc)
         connections[self.alias].close()
-        self.completer.lines.close()  # every job's line before the summary's
         summary_text = summary(self.ledger.finished_count, self.completer.endings)
         logger.info("worker %s stopped after %s", self.owner, summary_text)
 

@@ -155,7 +155,7 @@ def test_a_cancellation_requested_meanwhile_is_reported_as_cancelled():
     assert ending_name(failed, "cancelled") == "cancelled"
 
 
-def test_an_atomic_tasks_success_is_reported_once_written_not_by_the_slot(drain, caplog):
+def test_an_atomic_tasks_success_is_reported_by_the_control_thread(drain, caplog):
     from testproject.testapp.tasks import atomic_effect
 
     caplog.set_level(logging.INFO, logger="django_workqueue")
@@ -164,24 +164,8 @@ def test_an_atomic_tasks_success_is_reported_once_written_not_by_the_slot(drain,
     assert fresh(job).status == "succeeded"
     [line] = _lines(caplog, job.pk)
     assert line.getMessage().startswith(f"#{job.pk} {atomic_effect.name} succeeded in ")
-    # Counted by the control thread, written by the worker's line thread, not the slot.
-    assert line.threadName == "workqueue-lines"
+    assert line.threadName == "MainThread"  # written by the control thread, not the slot
     assert worker.completer.endings == {"succeeded": 1}
-
-
-def test_the_lines_are_written_off_the_control_thread_in_order_before_the_summary(drain, caplog):
-    # The control thread only counts the endings; making and writing each line (a handler's
-    # work per job) happens on a thread of its own (worker/lines.py), while the control thread
-    # waits for the database; the stop waits for every line before the summary's.
-    caplog.set_level(logging.INFO, logger="django_workqueue")
-    jobs = [add.enqueue(i, 1) for i in range(5)]
-    worker = drain()
-    lines = [r for r in caplog.records if r.name == "django_workqueue.jobs"]
-    assert sorted(r.job_id for r in lines) == sorted(j.pk for j in jobs)  # type: ignore[attr-defined]
-    assert {r.threadName for r in lines} == {"workqueue-lines"}
-    [summary] = [r for r in caplog.records if "stopped after" in r.getMessage()]
-    assert caplog.records.index(summary) > max(caplog.records.index(r) for r in lines)
-    assert worker.completer.endings == {"succeeded": 5}
 
 
 def test_runworkers_own_handler_prints_a_lines_exception_only_at_v2():
