@@ -94,16 +94,21 @@ def started(job_id: int, task_name: str, queue: str, attempt: int, worker_id: st
         send(job_started, **_job(job_id, task_name, queue, attempt, worker_id))
 
 
+def outcomes_watched() -> bool:
+    """Whether a receiver of a signal ``outcomes_written`` sends is connected."""
+    return bool(
+        job_succeeded.receivers or job_failed.receivers or job_cancelled.receivers
+        or job_retrying.receivers or job_snoozed.receivers
+    )  # fmt: skip
+
+
 def outcomes_written(
     alias: str, owner: str, outcomes: Sequence[Outcome], recorded: Recorded
 ) -> None:
     """Outcomes a worker just wrote (inside the writing transaction): the signal of the status
     each row got, as the row says (a requested cancellation turns a failure into
     ``cancelled``). Outcomes the fence refused send nothing."""
-    if not (
-        job_succeeded.receivers or job_failed.receivers or job_cancelled.receivers
-        or job_retrying.receivers or job_snoozed.receivers
-    ):  # fmt: skip
+    if not outcomes_watched():
         return
     ended = {e.id: e.status for e in recorded.ended}
     sends: Sends = []

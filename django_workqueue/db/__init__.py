@@ -8,6 +8,7 @@ from ..outcomes import Outcome, OutcomeKind
 from .base import (
     ClaimedJob,
     CountedDown,
+    CountedWrite,
     Driver,
     Encoded,
     Ended,
@@ -25,8 +26,8 @@ from .base import (
 )
 
 __all__ = [
-    "ClaimedJob", "CountedDown", "Driver", "Encoded", "Ended", "Expired", "FlowGroup", "FlowHold",
-    "FlowPick",
+    "ClaimedJob", "CountedDown", "CountedWrite", "Driver", "Encoded", "Ended", "Expired",
+    "FlowGroup", "FlowHold", "FlowPick",
     "Inserted", "LivenessToken", "NewJob", "Outcome",
     "OutcomeKind",
     "Progress", "Recorded", "Timing", "WorkerWatch", "driver_class", "driver_for",

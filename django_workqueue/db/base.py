@@ -357,6 +357,21 @@ class Recorded:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CountedWrite:
+    """A worker's outcomes of plain jobs with what the statistics count for each, decided
+    above the driver (``stats/counters.py``), for ``Driver.record_and_claim``."""
+
+    outcomes: Sequence[Outcome]
+    counted_as: Sequence[tuple[str | None, str | None]]
+    """Per outcome, the counter its attempt adds to if the row takes the outcome's status, and
+    the one if a requested cancellation picks its other status (None: not counted)."""
+    shard: int
+    """The counter rows' shard of the writing worker."""
+    bounds: Sequence[float]
+    """The smallest duration of each duration class from 1 on (``histogram.lower_bounds``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
     """A running job's latest progress report, validated by ``JobContext.set_progress``."""
 
@@ -465,6 +480,9 @@ class Driver(abc.ABC):
     supports_row_locks: bool = True
     """Whether a session locks rows, so that a writer stopped by one row's lock can still write
     the others (SQLite: no, one writer locks the whole database; ``db/locking.py``)."""
+    supports_record_and_claim: bool = False
+    """Whether ``record_and_claim`` writes plain outcomes, counts them and claims in one
+    autocommitted statement (PostgreSQL with psycopg 3)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -740,6 +758,15 @@ class Driver(abc.ABC):
         With ``skip_locked``, rows another session holds locked are left alone and reported
         ``busy``; without it the statement waits for them.
         """
+
+    def record_and_claim(
+        self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
+    ) -> tuple[Recorded, list[ClaimedJob]]:
+        """One statement, committed on its own (autocommit), for a worker's pass of plain jobs:
+        ``record_many(owner, write.outcomes, skip_locked=True)``, the statistics of what it
+        wrote (``count_stats``, by ``write.counted_as``) and ``claim(queues, limit, owner)``.
+        Only where ``supports_record_and_claim``; either all of it is kept, or none."""
+        raise NotImplementedError(f"{self.vendor} passes write, count and claim apart")
 
     def active_counts(self, now: datetime) -> list[ActiveCount]:
         """Unfinished jobs per (queue, task, status), with those ready and due at ``now`` and

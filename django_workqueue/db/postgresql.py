@@ -36,6 +36,7 @@ from .base import (
     BatchClaim,
     ClaimedJob,
     CountedDown,
+    CountedWrite,
     Driver,
     Encoded,
     Ended,
@@ -233,6 +234,10 @@ _CLAIMED = (
 )
 
 
+# The rows a write of outcomes answers for: one per outcome, not per id (a batch may hold two
+# attempts of one job).
+_RECORDED_FROM = "FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
+
 # A worker's leases (job id, attempt), given as two arrays (``_lease_params``).
 _LEASES = "(id, attempt) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))"
 
@@ -245,9 +250,27 @@ def _lease_params(owner: str, leases: Sequence[tuple[int, int]]) -> dict[str, An
     }
 
 
+def _recorded_from(result: Sequence[Any]) -> Recorded:
+    """A fenced write's answer (``_recorded``'s columns, or a progress write's first four)."""
+    return Recorded(
+        written={(row[0], row[1]) for row in result if row[2]},
+        busy={row[0] for row in result if not row[3]},
+        ended=[
+            Ended(row[0], row[4], row[5]) for row in result if len(row) > 4 and row[4] in _TERMINAL
+        ],
+        timings=[
+            Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9])
+            for row in result
+            if len(row) > 4 and row[2]
+        ],
+    )
+
+
 class PostgresDriver(Driver):
     vendor = "postgresql"
     supports_listen_notify = True
+    # psycopg 3 only: on psycopg2 (if Django runs on it) a pass keeps its transaction.
+    supports_record_and_claim = _PreparedCursor is not None
 
     def __init__(self, alias: str) -> None:
         super().__init__(alias)
@@ -339,18 +362,25 @@ class PostgresDriver(Driver):
         )
 
     def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
-        """Run an enqueue statement on this thread's connection and return its first row:
+        """Run an enqueue statement (``_prepared``) and return its first row."""
+        with self._prepared(sql, params) as cursor:
+            return cursor.fetchone()
+
+    @contextlib.contextmanager
+    def _prepared(self, sql: str, params: Mapping[str, Any]) -> Iterator[Any]:
+        """Run a hot-path statement (enqueue, a worker's pass) on this thread's connection:
         with ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
         parameters on the server and runs each statement prepared, so the server parses and
         plans it once per connection instead of on every call; otherwise on Django's own
         cursor (client-side binding). Either way through Django's cursor wrapper: the
         statement joins the open transaction, errors are Django's, and it is logged and
-        instrumented (``execute_wrapper``) like any query."""
+        instrumented (``execute_wrapper``) like any query. Yields the cursor to read."""
         db = self.connection
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
             with db.cursor() as cursor:
                 cursor.execute(sql, params)
-                return cursor.fetchone()
+                yield cursor
+            return
         db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
         db.ensure_connection()
         db.validate_thread_sharing()
@@ -362,7 +392,7 @@ class PostgresDriver(Driver):
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) in _PREPARED_STATEMENT_LOST:
                 raise ImproperlyConfigured(
-                    f"enqueue's prepared statement was lost between server connections "
+                    f"a prepared statement was lost between server connections "
                     f"({str(exc).strip()}): the jobs database {self.alias!r} goes through a "
                     f"pooler in transaction mode without prepared-statement support (PgBouncer "
                     f"before 1.21, or max_prepared_statements = 0). Set "
@@ -370,7 +400,7 @@ class PostgresDriver(Driver):
                     f"with max_prepared_statements set."
                 ) from exc
             raise
-        return wrapper.fetchone()
+        yield wrapper
 
     @staticmethod
     def _prepared_cursor(db: Any) -> Any:
@@ -468,15 +498,27 @@ class PostgresDriver(Driver):
         *,
         ahead: bool = False,
     ) -> list[ClaimedJob]:
-        # One LATERAL branch per queue, each walking the partial index wq_job_claim in order and
-        # stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
-        # ready set. Rows another worker holds are skipped, never waited for. MATERIALIZED keeps
-        # the candidate set an optimisation fence: computed and locked once, before the UPDATE.
-        # A paused queue (a Queue row with paused_at) is dropped before its branch runs: one
-        # primary-key probe of a tiny table per queue, in this statement, so a pause holds
-        # from the next claim of every worker on, with no cache to refresh or notify.
-        sql = (
-            f"WITH picked AS MATERIALIZED ("
+        sql = f"WITH {self._claim_ctes(ahead)} SELECT * FROM claimed"
+        params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [ClaimedJob(*row) for row in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+    def _claim_ctes(self, ahead: bool = False) -> str:
+        """The claim's CTEs: ``picked`` and ``claimed`` (RETURNING ``ClaimedJob``'s columns).
+
+        One LATERAL branch per queue, each walking the partial index wq_job_claim in order and
+        stopping after `limit` rows; a single `queue = ANY(...)` scan would sort the whole
+        ready set. Rows another worker holds are skipped, never waited for. MATERIALIZED keeps
+        the candidate set an optimisation fence: computed and locked once, before the UPDATE.
+        A paused queue (a Queue row with paused_at) is dropped before its branch runs: one
+        primary-key probe of a tiny table per queue, in this statement, so a pause holds
+        from the next claim of every worker on, with no cache to refresh or notify."""
+        return (
+            f"picked AS MATERIALIZED ("
             f"SELECT c.id FROM (SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name) "
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
@@ -485,19 +527,12 @@ class PostgresDriver(Driver):
             f"AND run_after <= {NOW} {_NEVER_CLAIMED if ahead else ''}"
             f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
             f"FOR UPDATE SKIP LOCKED) AS c "
-            f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET {_LEASE_AHEAD if ahead else _LEASE} "
+            f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s), "
+            f"claimed AS (UPDATE {self.table} AS j SET {_LEASE_AHEAD if ahead else _LEASE} "
             # `status || ''`: as in claim_flow, the picked rows by primary key only.
             f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
-            f"RETURNING {_CLAIMED}"
+            f"RETURNING {_CLAIMED})"
         )
-        params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        jobs = [ClaimedJob(*row) for row in rows]
-        jobs.sort(key=lambda j: (-j.priority, j.id))
-        return jobs
 
     def _flow_walk(
         self, queues: Sequence[str], after: str, limit: int
@@ -972,12 +1007,19 @@ class PostgresDriver(Driver):
     ) -> Recorded:
         if not outcomes:
             return Recorded(written=set(), busy=set())
-        # All outcomes arrive as one jsonb parameter unpacked into rows, so one statement (one
-        # round trip) completes a whole batch while each row keeps its own fence. Every value
-        # was decided by the outcome; the CASEs only pick which decided value applies.
+        sql = f"WITH {self._record_ctes(skip_locked)} SELECT {self._recorded} {_RECORDED_FROM}"
+        return self._fenced_write(sql, outcomes, owner)
+
+    def _record_ctes(self, skip_locked: bool) -> str:
+        """The outcomes' write as CTEs: ``v`` (the batch), ``flows`` and ``free`` (the rows
+        it may touch, ``_unheld``), ``written`` (the fenced UPDATE, RETURNING what the stats
+        and the workflow effects read). All outcomes arrive as one jsonb parameter unpacked
+        into rows, so one statement (one round trip) completes a whole batch while each row
+        keeps its own fence. Every value was decided by the outcome; the CASEs only pick
+        which decided value applies."""
         cancel = "j.cancel_requested_at IS NOT NULL"
-        sql = (
-            f"WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
+        return (
+            f"v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r("
             f"  id bigint, attempt integer, status text, cancel_status text, finished boolean, "
             f"  result text, has_error boolean, etype text, emessage text, etraceback text, "
             f"  delay double precision, charge_attempt integer, charge_crash integer, "
@@ -1004,12 +1046,7 @@ class PostgresDriver(Driver):
             f"j.queue, j.task_name, "
             f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
             f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
-            # Per outcome, not per id: a batch may hold two attempts of one job.
-            f"SELECT v.id, v.attempt, w.id IS NOT NULL, {self._settled}, w.status, "
-            f"w.workflow_id, w.queue, w.task_name, w.run_seconds, w.wait_seconds "
-            f"FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
         )
-        return self._fenced_write(sql, outcomes, owner)
 
     def write_progress(
         self, owner: str, reports: Sequence[Progress], *, skip_locked: bool = False
@@ -1073,6 +1110,15 @@ class PostgresDriver(Driver):
         )
 
     @property
+    def _recorded(self) -> str:
+        """What a write of outcomes (``_record_ctes``) answers, the columns ``_recorded_from``
+        reads, from ``_RECORDED_FROM``."""
+        return (
+            f"v.id, v.attempt, w.id IS NOT NULL, {self._settled}, w.status, w.workflow_id, "
+            f"w.queue, w.task_name, w.run_seconds, w.wait_seconds"
+        )
+
+    @property
     def _settled(self) -> str:
         # Settled: the write tried the row, or the row no longer exists (a deleted job is not
         # busy: it must not be retried forever).
@@ -1086,21 +1132,61 @@ class PostgresDriver(Driver):
     ) -> Recorded:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"batch": self.batch(rows), "owner": owner})
-            result = cursor.fetchall()
-        return Recorded(
-            written={(row[0], row[1]) for row in result if row[2]},
-            busy={row[0] for row in result if not row[3]},
-            ended=[
-                Ended(row[0], row[4], row[5])
-                for row in result
-                if len(row) > 4 and row[4] in _TERMINAL
-            ],
-            timings=[
-                Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9])
-                for row in result
-                if len(row) > 4 and row[2]
-            ],
+            return _recorded_from(cursor.fetchall())
+
+    def record_and_claim(
+        self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
+    ) -> tuple[Recorded, list[ClaimedJob]]:
+        # Three parts in one statement, one snapshot: rows the write finishes are `running` in
+        # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
+        # twice. The statistics' upsert reads the rows the write returned: counted iff
+        # written, and committed with them. Which counter an attempt adds to is decided above
+        # (`counted_as`: the one for each status the row may take); its duration classes are
+        # those of `histogram.bucket`, whose lower bounds `width_bucket` is given. Rows are
+        # upserted in key order, as `count_stats` does. The last SELECT answers both the write
+        # (kind 'w', `_recorded`'s columns) and the claim (kind 'c', `ClaimedJob`'s).
+        counted = (
+            f"counted AS (INSERT INTO {self.stats_table} AS c "
+            f"  (minute, queue, task_name, name, bucket, shard, count) "
+            f"SELECT date_trunc('minute', {CLOCK}), s.queue, s.task_name, s.name, s.bucket, "
+            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, x.name, "
+            f"  x.bucket::smallint AS bucket FROM written AS w "
+            f"  JOIN v ON v.id = w.id AND v.attempt = w.attempt "
+            f"  JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(names)s::text[], "
+            f"    %(cancel_names)s::text[]) AS n(id, attempt, name, cancel_name) "
+            f"    ON n.id = w.id AND n.attempt = w.attempt "
+            f"  CROSS JOIN LATERAL (SELECT CASE WHEN w.status = v.status THEN n.name "
+            f"    ELSE n.cancel_name END AS ending) AS e "
+            f"  CROSS JOIN LATERAL (VALUES (e.ending, 0), ('run', CASE WHEN w.run_seconds >= 0 "
+            f"    THEN width_bucket(w.run_seconds, %(bounds)s::float8[]) END), "
+            f"    ('wait', CASE WHEN w.wait_seconds >= 0 "
+            f"    THEN width_bucket(w.wait_seconds, %(bounds)s::float8[]) END)) AS x(name, bucket) "
+            f"  WHERE e.ending IS NOT NULL AND x.bucket IS NOT NULL) AS s "
+            f"GROUP BY s.queue, s.task_name, s.name, s.bucket "
+            f"ORDER BY s.queue, s.task_name, s.name, s.bucket "
+            f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
+            f"DO UPDATE SET count = c.count + EXCLUDED.count)"
         )
+        sql = (
+            f"WITH {self._record_ctes(skip_locked=True)}, {counted}, {self._claim_ctes()} "
+            f"SELECT 'w', {self._recorded}, claimed.* "
+            f"{_RECORDED_FROM} LEFT JOIN claimed ON false "
+            f"UNION ALL SELECT 'c', {', '.join(['NULL'] * 10)}, claimed.* FROM claimed"
+        )
+        outcomes = write.outcomes
+        params: dict[str, Any] = {
+            "batch": self.batch(outcomes), "owner": owner, "shard": write.shard,
+            "ids": [o.job_id for o in outcomes], "attempts": [o.attempt for o in outcomes],
+            "names": [normal for normal, _ in write.counted_as],
+            "cancel_names": [cancelled for _, cancelled in write.counted_as],
+            "bounds": list(write.bounds), "now": None, "limit": limit, "queues": list(queues),
+        }  # fmt: skip
+        with self._prepared(sql, params) as cursor:  # planned once per connection
+            rows = cursor.fetchall()
+        recorded = _recorded_from([row[1:11] for row in rows if row[0] == "w"])
+        jobs = [ClaimedJob(*row[11:]) for row in rows if row[0] == "c"]
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return recorded, jobs
 
     def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
         if not counters:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from ..db import ClaimedJob, Driver
+from ..db import ClaimedJob, CountedWrite, Driver, Recorded
 from ..flow.claim import FlowClaimer, uses_flow_claim
 
 logger = logging.getLogger("django_workqueue.worker")
@@ -31,6 +31,8 @@ class Claimer:
         self.uses_flow = uses_flow_claim()
         self._flow_first = False
         self._next_stray_look = 0.0  # monotonic; the first pass looks
+        self._carried: CountedWrite | None = None
+        self._recorded: Recorded | None = None
 
     def begin_pass(self) -> None:
         """A pass's claims begin: ``held`` and ``retry_at`` will say what they found."""
@@ -45,6 +47,28 @@ class Claimer:
     def held(self) -> bool:
         """Whether a flow claim of the last pass left ready jobs at their limit."""
         return self.uses_flow and self.flow.held
+
+    @property
+    def single_plain(self) -> bool:
+        """Whether this pass's claim is the plain claim alone (no flow claim, no look for
+        stray flow-keyed jobs due)."""
+        return not self.uses_flow and time.monotonic() < self._next_stray_look
+
+    def carry(self, write: CountedWrite) -> None:
+        """The next plain claim sends ``write`` with it, in one statement
+        (``Driver.record_and_claim``); ``send_carried`` sends it alone if no claim does."""
+        self._carried, self._recorded = write, None
+
+    def send_carried(self) -> None:
+        """Send the carried write alone (no claim took it this pass)."""
+        if self._carried is not None:
+            self._plain([], 0)
+
+    def carried(self) -> Recorded | None:
+        """What the carried write recorded, once its statement returned (and so was kept);
+        None if it failed or never went. Nothing is carried after this call."""
+        recorded, self._carried, self._recorded = self._recorded, None, None
+        return recorded
 
     def claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` jobs of ``queues``. If a second claim fails after a first
@@ -75,4 +99,9 @@ class Claimer:
         return jobs
 
     def _plain(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        return self.driver.claim(queues, limit, self.owner)
+        write = self._carried
+        if write is None:
+            return self.driver.claim(queues, limit, self.owner)
+        self._carried = None  # sent once, whatever its statement meets
+        self._recorded, jobs = self.driver.record_and_claim(self.owner, write, queues, limit)
+        return jobs

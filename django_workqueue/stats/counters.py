@@ -17,10 +17,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models.functions import Now
 
-from ..db import Driver, Outcome, OutcomeKind, Recorded
+from ..db import CountedWrite, Driver, Outcome, OutcomeKind, Recorded
 from ..models import StatsCounter
 from ..states import Status
-from .histogram import bucket
+from .histogram import bucket, lower_bounds
 
 SHARDS = 8
 """Writers are spread over this many rows per counter (by lease owner), so that workers
@@ -56,12 +56,36 @@ def ending(kind: OutcomeKind | None, status: str) -> str | None:
     return None
 
 
+def listened() -> bool:
+    """Whether a listener (``add_listener``) wants to hear of recorded batches."""
+    return bool(_listeners)
+
+
+def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
+    """``outcomes`` with what ``count`` would add for each, whichever status its row takes,
+    for a driver that counts them in the statement that writes them
+    (``Driver.record_and_claim``): the same counters, classed by the same ``bucket``."""
+    return CountedWrite(
+        outcomes=outcomes,
+        counted_as=[
+            (ending(o.kind, o.status), ending(o.kind, o.status_if_cancel_requested))
+            for o in outcomes
+        ],
+        shard=_shard(owner),
+        bounds=lower_bounds(),
+    )
+
+
+def _shard(owner: str) -> int:
+    return zlib.crc32(owner.encode()) % SHARDS
+
+
 def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
     """Add the written ``outcomes`` to the counters of the current minute (one statement)."""
     if not recorded.timings:
         return
     kinds = {(o.job_id, o.attempt): o.kind for o in outcomes}
-    shard = zlib.crc32(owner.encode()) % SHARDS
+    shard = _shard(owner)
     totals: dict[tuple[str, str, str, int], int] = {}
     for timing in recorded.timings:
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)

@@ -24,6 +24,26 @@ def bucket(seconds: float) -> int:
     return min(LARGEST_BUCKET, 1 + step)
 
 
+def lower_bounds() -> tuple[float, ...]:
+    """The smallest duration of each class from 1 to ``LARGEST_BUCKET``, as ``bucket`` decides
+    it, to the last bit of a float: a duration ``d`` is in class ``k`` iff
+    ``bounds[k - 1] <= d < bounds[k]``, which is what PostgreSQL's ``width_bucket(d, bounds)``
+    answers, so that a statement counting durations in SQL classes them as ``bucket`` does."""
+    return _LOWER_BOUNDS
+
+
+def _lowest_of(klass: int) -> float:
+    edge = SMALLEST * 2 ** ((klass - 1) / STEPS_PER_DOUBLING)  # within a few bits of the edge
+    while bucket(edge) >= klass:
+        edge = math.nextafter(edge, 0.0)
+    while bucket(edge) < klass:
+        edge = math.nextafter(edge, math.inf)
+    return edge
+
+
+_LOWER_BOUNDS = tuple(_lowest_of(klass) for klass in range(1, LARGEST_BUCKET + 1))
+
+
 def value(bucket: int) -> float:
     """The duration a class stands for: its geometric middle (class 0: half a millisecond)."""
     if bucket <= 0:

@@ -22,7 +22,7 @@ from ..attempt.connections import close_unusable_connections, tidy_connections
 from ..attempt.lease import LeaseKeeper, RunningJob
 from ..context import JobContext
 from ..db import ClaimedJob, Driver, Outcome
-from ..flow.batches import claim_batches
+from ..flow.batches import batch_groups, claim_batches
 
 if TYPE_CHECKING:
     from ..attempt.asyncloop import AsyncLoop
@@ -104,6 +104,11 @@ class Batches:
             self.leases.schedule(ledger.running, now)
         for batch in batches:
             self.inbox.put(batch)
+
+    @property
+    def served(self) -> bool:
+        """Whether this worker claims batches: a batch task of its queues is registered."""
+        return bool(batch_groups(self.queues))
 
     @property
     def idle(self) -> bool:

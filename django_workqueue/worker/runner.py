@@ -56,13 +56,14 @@ from ..attempt.lease import LeaseKeeper, RunningJob
 from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, LivenessToken, Outcome, driver_for
+from ..db import ClaimedJob, LivenessToken, Outcome, OutcomeKind, Recorded, driver_for
 from ..db.locking import row_locked
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
 from ..maintenance.maintainer import RELEASED, Maintainer
 from ..models import Job
 from ..states import Status
+from ..stats import counters as stats_counters
 from . import shutdown
 from .ahead import AheadBuffer
 from .batch import Batch, Batches
@@ -74,6 +75,10 @@ from .registration import Registration
 from .slots import SlotPool
 
 logger = logging.getLogger("django_workqueue.worker")
+
+# Endings a pass may write in one statement (``Worker._in_one_statement``): they put nothing
+# back in line (a retry, a snooze or a release NOTIFYs its queue).
+_ENDING_PLAIN = frozenset({OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED})
 
 _MAX_ERROR_BACKOFF = 5.0
 
@@ -474,6 +479,8 @@ class Worker:
         outcomes = self.completer.take_outcomes()
         if not outcomes:
             return self._fill()
+        if self._in_one_statement(outcomes):
+            return self._write_and_claim_at_once(outcomes)
         self._starts, self.planner.began_in_pass = [], []
         try:
             with transaction.atomic(using=self.alias):
@@ -494,17 +501,29 @@ class Worker:
             # Buffered jobs the slots took run all the same: written as begun again.
             self.ahead.put_back([], self.planner.began_in_pass)
             self.planner.began_in_pass = []
-            if is_transient(exc) and not row_locked(self.driver, exc):
-                raise
-            logger.info(
-                "worker %s: the pass's transaction failed (%s); writing its outcomes, then "
-                "claiming, each on its own", self.id, exc,
-            )  # fmt: skip
-            self.planner.poll_now = True  # the claim this pass still owes
-            self._flush()
-            return self._fill()
-        starts, self.planner.finishing, self._starts = self._starts, set(), None
+            return self._apart(exc, "transaction")
         self.planner.began_in_pass = []
+        self._settle_and_start(outcomes, recorded)
+        return claimed
+
+    def _apart(self, exc: Exception, what: str) -> int:
+        """The pass's ``what`` (its transaction, or its one statement) failed and nothing of
+        it was kept (its outcomes are put back): a lost connection ends the pass there;
+        anything else, the outcomes are written by ``_flush`` (each alone if the batch fails,
+        ``db/locking.py``), then a claim of its own. Returns # claimed."""
+        if is_transient(exc) and not row_locked(self.driver, exc):
+            raise exc
+        logger.info(
+            "worker %s: the pass's %s failed (%s); writing its outcomes, then claiming, each "
+            "on its own", self.id, what, exc,
+        )  # fmt: skip
+        self.planner.poll_now = True  # the claim this pass still owes
+        self._flush()
+        return self._fill()
+
+    def _settle_and_start(self, outcomes: list[Outcome], recorded: Recorded) -> None:
+        """The pass was kept: settle its outcomes, then start the jobs it claimed."""
+        starts, self.planner.finishing, self._starts = self._starts or [], set(), None
         try:
             self._forget(*self.completer.settle(outcomes, recorded))
         finally:  # committed: the jobs are ours, whatever the bookkeeping met
@@ -513,6 +532,54 @@ class Worker:
                     start()
                 except Exception:
                     logger.exception("worker %s: could not start the jobs it claimed", self.id)
+
+    def _in_one_statement(self, outcomes: list[Outcome]) -> bool:
+        """Whether this pass may write, count and claim in one autocommitted statement
+        (``Driver.record_and_claim``): plain endings of jobs outside workflows, nothing else
+        to do in the write's transaction (no signal receivers, no stats listeners, nothing
+        put back in line to announce, no claim-ahead marks), and one plain claim."""
+        if not (
+            self.driver.supports_record_and_claim and self.claimer.single_plain
+            and not self.ahead.enabled and not self.pool.queue_slots
+            and not signalling.outcomes_watched() and not stats_counters.listened()
+            and not self.batches.served
+        ):  # fmt: skip
+            return False
+        with self.ledger.lock:
+            running = self.ledger.running
+            return all(
+                o.kind in _ENDING_PLAIN and not o.waits and o.spawn is None
+                and (item := running.get(o.job_id)) is not None
+                and item.context.attempt == o.attempt and item.context.job.workflow_id is None
+                for o in outcomes
+            )  # fmt: skip
+
+    def _write_and_claim_at_once(self, outcomes: list[Outcome]) -> int:
+        """``_write_and_claim`` in one statement: the plain claim of ``_fill`` carries the
+        outcomes' write and its statistics (``Claimer.carry``), or they go alone if the pass
+        claims nothing. The jobs claimed start once the statement returned (kept); if it
+        failed, nothing of it was kept: the outcomes are put back and nothing starts, as when
+        the pass's transaction rolls back."""
+        self._starts = []
+        self.planner.poll_now = True
+        # None of these endings puts its job back: every one is finishing (burst: done).
+        self.planner.finishing = {(o.job_id, o.attempt) for o in outcomes}
+        self.claimer.carry(stats_counters.counted_write(self.id, outcomes))
+        try:
+            claimed = self._fill()
+            self.claimer.send_carried()
+        except Exception as exc:
+            recorded = self.claimer.carried()
+            self.planner.finishing, self._starts = set(), None
+            if recorded is not None:  # kept; what failed came after it
+                self._forget(*self.completer.settle(outcomes, recorded))
+                raise
+            self.completer.put_back(outcomes)
+            return self._apart(exc, "statement")
+        recorded = self.claimer.carried()
+        if recorded is None:  # pragma: no cover - send_carried sends it, or raises
+            raise RuntimeError("the pass's write was never sent")
+        self._settle_and_start(outcomes, recorded)
         return claimed
 
     def _when_committed(self, start: Callable[[], None]) -> None:

@@ -313,6 +313,9 @@ def test_a_pass_whose_claim_fails_with_the_connection_keeps_its_outcomes_and_sta
     is lost: the outcomes wait for the next pass, the rows it claimed are ready again, and no
     job starts on a claim that did not commit."""
     worker, first, following = _an_outcome_to_write_and_a_job_to_claim()
+    # The pass's transaction (a pass of plain jobs on PostgreSQL may be one statement instead,
+    # whose failure test_worker_one_statement.py covers).
+    monkeypatch.setattr(worker.driver, "supports_record_and_claim", False)
     claim = worker.claimer.claim
 
     def claim_then_lose_the_connection(queues, limit):
@@ -430,6 +433,7 @@ def test_a_pass_whose_batch_is_refused_writes_each_outcome_apart_and_still_claim
     _hand_over(worker, _success)
     following = add.enqueue(3, 3)
     record_many = worker.driver.record_many
+    monkeypatch.setattr(worker.driver, "supports_record_and_claim", False)  # as above
 
     def refusing(owner, outcomes, **kwargs):
         if any(outcome.job_id == bad.pk and outcome.kind == OutcomeKind.SUCCEEDED

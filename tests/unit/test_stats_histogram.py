@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from django_workqueue.stats import histogram
@@ -23,3 +25,14 @@ def test_percentiles_are_read_from_the_cumulative_counts() -> None:
     assert histogram.percentile(counts, 0.5) == histogram.value(fast)
     assert histogram.percentile(counts, 0.95) == histogram.value(slow)
     assert histogram.percentile({}, 0.5) is None
+
+
+def test_lower_bounds_are_where_bucket_changes_class_to_the_last_bit() -> None:
+    """Each class's lower bound is the smallest float ``bucket`` puts in it (the one rule a
+    statement classing durations with ``width_bucket`` is handed, never restated in SQL)."""
+    bounds = histogram.lower_bounds()
+
+    assert len(bounds) == histogram.LARGEST_BUCKET
+    for klass, edge in enumerate(bounds, start=1):
+        assert histogram.bucket(edge) == klass
+        assert histogram.bucket(math.nextafter(edge, 0.0)) == klass - 1

@@ -1,0 +1,267 @@
+"""A worker's pass of plain jobs on PostgreSQL: its outcomes' write, their statistics and its
+claim in one autocommitted statement (``Driver.record_and_claim``); every other pass keeps its
+transaction (``test_worker.py``). PostgreSQL-only by design where the one statement is
+concerned: SQLite keeps one transaction per pass, which the last test checks on both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import DataError, OperationalError, connection, transaction
+from django.db.models.functions import Now
+from django.dispatch import receiver
+from django.test.utils import CaptureQueriesContext
+
+from django_workqueue import signals
+from django_workqueue.db import driver_for
+from django_workqueue.models import Job, StatsCounter
+from django_workqueue.outcomes import Outcome, OutcomeKind
+from django_workqueue.states import Status
+from django_workqueue.stats import counters, histogram
+from django_workqueue.worker.runner import Worker
+from django_workqueue.workflow import chain, release
+from testproject.testapp.tasks import add
+from tests.integration.test_worker import _hand_over, _retry, _success
+from tests.support.database import fresh
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_batch_tasks(monkeypatch):
+    """A project without batch tasks (the test project's would make every pass claim batches
+    too, which keeps the pass's transaction)."""
+    for module in ("django_workqueue.worker.batch", "django_workqueue.flow.batches"):
+        monkeypatch.setattr(f"{module}.batch_groups", lambda queues: [])
+
+
+def _worker_with_outcomes(monkeypatch, outcome_of=_success, jobs=3) -> tuple[Worker, list[Job]]:
+    """A worker whose last pass claimed ``jobs`` jobs that have ended since (their outcomes
+    handed over, not written), with as many jobs ready for its next pass."""
+    first = [add.enqueue(i, 1) for i in range(jobs)]
+    worker = Worker(concurrency=jobs, poll_interval=3600)
+    monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)  # its own statements
+    worker.claimer._next_stray_look = math.inf  # the flow claim's look for strays: not now
+    assert worker._tick() == jobs
+    _hand_over(worker, outcome_of)
+    return worker, first
+
+
+def _statements(captured: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in captured.captured_queries]
+
+
+@pytest.mark.postgres_only  # the one statement is PostgreSQL's
+def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch):
+    """The outcomes' write, their statistics and the claim: one statement, no BEGIN/COMMIT."""
+    worker, first = _worker_with_outcomes(monkeypatch)
+    following = [add.enqueue(i, 2) for i in range(3)]
+
+    with CaptureQueriesContext(connection) as captured:
+        claimed = worker._tick()
+
+    assert len(_statements(captured)) == 1, _statements(captured)
+    assert claimed == 3
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert {fresh(job).status for job in following} == {Status.RUNNING}
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
+    counted = StatsCounter.objects.filter(name="succeeded").values_list("count", flat=True)
+    assert sum(counted) == 3
+
+
+@pytest.mark.postgres_only
+def test_a_pass_that_claims_nothing_writes_and_counts_in_one_statement(monkeypatch):
+    worker, first = _worker_with_outcomes(monkeypatch)
+
+    with CaptureQueriesContext(connection) as captured:
+        assert worker._tick() == 0
+
+    assert len(_statements(captured)) == 1, _statements(captured)
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert worker.completer.pending == 0 and len(worker.ledger) == 0
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("transient", [True, False])
+def test_a_failing_statement_puts_the_outcomes_back_and_starts_nothing(monkeypatch, transient):
+    """Nothing of a statement that failed was kept: its outcomes wait for the next write (a
+    lost connection: the next pass; a refusal: written apart at once, then a claim of its
+    own), and no job starts on its claim."""
+    worker, first = _worker_with_outcomes(monkeypatch, jobs=1)
+    following = add.enqueue(2, 2)
+    error = OperationalError("server closed the connection") if transient else DataError("no")
+    sent = []
+
+    def failing(owner, write, queues, limit):
+        sent.append(len(write.outcomes))
+        raise error
+
+    monkeypatch.setattr(worker.driver, "record_and_claim", failing)
+
+    claimed = worker._tick()
+
+    assert sent == [1]
+    if transient:
+        assert claimed == 0 and worker._connection_lost
+        assert (fresh(first[0]).status, fresh(first[0]).lease_owner) == (Status.RUNNING, worker.id)
+        assert (fresh(following).status, fresh(following).attempt) == (Status.READY, 0)
+        assert worker.completer.pending == 1 and worker._inbox.empty()
+        monkeypatch.undo()
+        worker._error_backoff = 0.0
+        monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)
+        assert worker._tick() == 1
+    else:  # written apart, then claimed apart (the transaction path's fallbacks)
+        assert claimed == 1
+    assert fresh(first[0]).status == Status.SUCCEEDED
+    assert (fresh(following).status, fresh(following).attempt) == (Status.RUNNING, 1)
+    assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
+
+
+@pytest.mark.parametrize("why", ["a retry", "a workflow's job", "a signal receiver"])
+def test_other_passes_keep_their_transaction(monkeypatch, why):
+    """A retry (it goes back in line and NOTIFYs), a workflow's job (release.py decides its
+    dependents) or a receiver of the outcome's signal: the pass's transaction, as before
+    (on SQLite every pass)."""
+    sent = []
+    if why == "a workflow's job":
+        chain(add.s(1, 1), add.s(2)).enqueue()
+        worker = Worker(concurrency=1, poll_interval=3600)
+        monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)
+        assert worker._tick() == 1
+        _hand_over(worker, _success)
+    else:
+        worker, _ = _worker_with_outcomes(monkeypatch, _retry if why == "a retry" else _success)
+    if why == "a signal receiver":
+
+        @receiver(signals.job_succeeded, weak=False)
+        def heard(**kwargs) -> None:
+            sent.append(kwargs["job_id"])
+
+    add.enqueue(5, 5)  # for the claim
+    monkeypatch.setattr(worker.driver, "record_and_claim", _never, raising=False)
+
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            claimed = worker._tick()
+    finally:
+        if why == "a signal receiver":
+            signals.job_succeeded.disconnect(heard)
+
+    assert claimed >= 1
+    assert worker.completer.pending == 0
+    statements = _statements(captured)
+    assert len(statements) >= 3, statements  # the write, the stats' upsert, the claim
+    if why == "a signal receiver":
+        assert len(sent) == 3
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("this pass writes in its transaction")
+
+
+# --- the same outcomes through both paths: the same rows ----------------------------------
+
+
+def _running(owner: str, specs: list[tuple[float, float, bool]]) -> list[Job]:
+    """Jobs leased to ``owner``, one per (run seconds so far, wait seconds before its start,
+    cancellation requested)."""
+    jobs = [add.enqueue(i, i) for i in range(len(specs))]
+    claimed = driver_for("default").claim(["default"], len(jobs), owner)
+    assert len(claimed) == len(jobs)
+    for job, (run, wait, cancel) in zip(jobs, specs, strict=True):
+        Job.objects.filter(pk=job.pk).update(
+            started_at=Now() - timedelta(seconds=run),
+            run_after=Now() - timedelta(seconds=run + wait),
+            cancel_requested_at=Now() if cancel else None,
+        )
+    return [fresh(job) for job in jobs]
+
+
+def _outcomes(jobs: list[Job]) -> list[Outcome]:
+    kinds = [OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED]
+    outcomes = []
+    for n, job in enumerate(jobs):
+        kind = kinds[n % len(kinds)]
+        error = {"type": "E", "message": str(n), "traceback": None}
+        outcome = Outcome(
+            job_id=job.pk, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+            result_json=str(n) if kind == OutcomeKind.SUCCEEDED else None,
+            error=error if kind == OutcomeKind.DISCARD else None,
+        )  # fmt: skip
+        outcomes.append(outcome)
+    outcomes.append(  # a stale attempt's: not written, not counted
+        Outcome(job_id=jobs[0].pk, attempt=0, kind=OutcomeKind.SUCCEEDED, max_attempts=3)
+    )
+    return outcomes
+
+
+def _counters() -> Counter:
+    rows = StatsCounter.objects.values_list("queue", "task_name", "name", "bucket", "count")
+    found: Counter = Counter()
+    for queue, task, name, klass, n in rows:
+        found[(queue, task, name, klass)] += n
+    return found
+
+
+def _rows(jobs: list[Job]) -> list[tuple]:
+    return [
+        (j.status, j.result, [(e["type"], e["message"]) for e in j.errors], j.attempts_charged,
+         j.lease_owner, j.finished_at is not None)
+        for j in map(fresh, jobs)
+    ]  # fmt: skip
+
+
+@pytest.mark.postgres_only
+def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
+    """The same outcomes (successes, failures, cancellations, some of jobs whose cancellation
+    was requested, a stale one) on jobs alike: the same job rows and the same counters,
+    durations classed alike: waits (fixed by the rows) from under a millisecond to weeks, runs
+    (measured to the write's clock) from a minute on, each a class's middle so that the clock
+    moving between the two writes stays within the class."""
+    driver = driver_for("default")
+    owner = "worker-a"
+    specs = [
+        (histogram.value(60 + 4 * n), histogram.value(8 * n) if n % 3 else 0.0, n % 5 == 0)
+        for n in range(17)
+    ]
+    first = _running(owner, specs)
+    with transaction.atomic():
+        recorded = release.record(driver, owner, _outcomes(first), skip_locked=True)
+    by_transaction = _counters()
+    StatsCounter.objects.all().delete()
+
+    second = _running(owner, specs)
+    ready = [add.enqueue(9, 9), add.using(priority=5).enqueue(8, 8)]
+    write = counters.counted_write(owner, _outcomes(second))
+    at_once, claimed = driver.record_and_claim(owner, write, ["default"], 5)
+
+    assert _counters() == by_transaction
+    assert sum(by_transaction.values()) > len(specs)  # endings, and their durations
+    assert _rows(second) == _rows(first)
+    assert len(at_once.written) == len(recorded.written) == len(specs)
+    assert sorted(e.status for e in at_once.ended) == sorted(e.status for e in recorded.ended)
+    assert [job.id for job in claimed] == [ready[1].pk, ready[0].pk]  # as claim() orders
+    assert {fresh(job).status for job in ready} == {Status.RUNNING}
+
+
+@pytest.mark.postgres_only
+def test_the_duration_classes_in_sql_are_those_of_bucket():
+    """``width_bucket`` over ``histogram.lower_bounds()`` classes every duration as
+    ``bucket`` does, at each class's edge to the last bit of a float."""
+    bounds = list(histogram.lower_bounds())
+    values = [0.0, 0.0005]
+    for edge in bounds:
+        values += [edge, math.nextafter(edge, 0.0), math.nextafter(edge, math.inf)]
+    values.append(10.0**9)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT width_bucket(d, %s::float8[]) FROM unnest(%s::float8[]) WITH ORDINALITY "
+            "AS u(d, n) ORDER BY n",
+            [bounds, values],
+        )
+        in_sql = [row[0] for row in cursor.fetchall()]
+    assert in_sql == [histogram.bucket(value) for value in values]
