@@ -339,18 +339,34 @@ class PostgresDriver(Driver):
         )
 
     def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
-        """Run an enqueue statement on this thread's connection and return its first row:
-        with ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
+        """Run an enqueue statement on this thread's connection and return its first row
+        (prepared, see ``_prepared``)."""
+        with self._prepared(sql, params) as cursor:
+            return cursor.fetchone()
+
+    def _fetchall(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run a claim on this thread's connection and return its rows (prepared, see
+        ``_prepared``): a worker woken by a NOTIFY waits on it before its job starts, and
+        planning the claim cost more than running it (docs/explanation/performance.md)."""
+        with self._prepared(sql, params) as cursor:
+            return cursor.fetchall()
+
+    @contextlib.contextmanager
+    def _prepared(self, sql: str, params: Mapping[str, Any]) -> Iterator[Any]:
+        """Run ``sql`` on this thread's connection and yield its cursor: with
+        ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
         parameters on the server and runs each statement prepared, so the server parses and
         plans it once per connection instead of on every call; otherwise on Django's own
         cursor (client-side binding). Either way through Django's cursor wrapper: the
         statement joins the open transaction, errors are Django's, and it is logged and
-        instrumented (``execute_wrapper``) like any query."""
+        instrumented (``execute_wrapper``) like any query. Only the enqueue's insert and the
+        plain claim come here: their text is the same on every call."""
         db = self.connection
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
             with db.cursor() as cursor:
                 cursor.execute(sql, params)
-                return cursor.fetchone()
+                yield cursor
+            return
         db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
         db.ensure_connection()
         db.validate_thread_sharing()
@@ -362,7 +378,7 @@ class PostgresDriver(Driver):
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) in _PREPARED_STATEMENT_LOST:
                 raise ImproperlyConfigured(
-                    f"enqueue's prepared statement was lost between server connections "
+                    f"a prepared statement was lost between server connections "
                     f"({str(exc).strip()}): the jobs database {self.alias!r} goes through a "
                     f"pooler in transaction mode without prepared-statement support (PgBouncer "
                     f"before 1.21, or max_prepared_statements = 0). Set "
@@ -370,7 +386,7 @@ class PostgresDriver(Driver):
                     f"with max_prepared_statements set."
                 ) from exc
             raise
-        return wrapper.fetchone()
+        yield wrapper
 
     @staticmethod
     def _prepared_cursor(db: Any) -> Any:
@@ -492,10 +508,7 @@ class PostgresDriver(Driver):
             f"RETURNING {_CLAIMED}"
         )
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        jobs = [ClaimedJob(*row) for row in rows]
+        jobs = [ClaimedJob(*row) for row in self._fetchall(sql, params)]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
