@@ -26,15 +26,21 @@ pytestmark = [
 ]
 
 
-def prepared_inserts() -> list[tuple[int, int]]:
-    """(generic plans, custom plans) of each insert into the jobs table prepared in this session."""
+def prepared(pattern: str) -> list[tuple[int, int]]:
+    """(generic plans, custom plans) of each statement like ``pattern`` prepared in this
+    session."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement ILIKE %s",
-            ["%INSERT INTO%django_workqueue_job%"],
+            [pattern],
         )
         return cursor.fetchall()
+
+
+def prepared_inserts() -> list[tuple[int, int]]:
+    """Of each insert into the jobs table prepared in this session (see ``prepared``)."""
+    return prepared("%INSERT INTO%django_workqueue_job%")
 
 
 def prepared_statements() -> list[str]:
@@ -128,14 +134,8 @@ def test_enqueue_prepares_again_after_a_rollback_forgot_the_statements():
 
 
 def prepared_claims() -> list[tuple[int, int]]:
-    """(generic plans, custom plans) of each plain claim prepared in this session."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement ILIKE %s",
-            ["%WITH picked AS MATERIALIZED%unnest%UPDATE%django_workqueue_job%"],
-        )
-        return cursor.fetchall()
+    """Of each plain claim prepared in this session (see ``prepared``)."""
+    return prepared("%WITH picked AS MATERIALIZED%unnest%UPDATE%django_workqueue_job%")
 
 
 def test_the_claim_prepares_its_statement_once_and_reuses_it():
