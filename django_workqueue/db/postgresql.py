@@ -362,19 +362,28 @@ class PostgresDriver(Driver):
         )
 
     def _fetchone(self, sql: str, params: Mapping[str, Any]) -> Any:
-        """Run an enqueue statement (``_prepared``) and return its first row."""
+        """Run an enqueue statement on this thread's connection and return its first row
+        (prepared, see ``_prepared``)."""
         with self._prepared(sql, params) as cursor:
             return cursor.fetchone()
 
+    def _fetchall(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Run a claim on this thread's connection and return its rows (prepared, see
+        ``_prepared``): a worker woken by a NOTIFY waits on it before its job starts, and
+        planning the claim cost more than running it (docs/explanation/performance.md)."""
+        with self._prepared(sql, params) as cursor:
+            return cursor.fetchall()
+
     @contextlib.contextmanager
     def _prepared(self, sql: str, params: Mapping[str, Any]) -> Iterator[Any]:
-        """Run a hot-path statement (enqueue, a worker's pass) on this thread's connection:
-        with ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
+        """Run ``sql`` on this thread's connection and yield its cursor: with
+        ``WORKQUEUE["PREPARED_STATEMENTS"]`` (and psycopg 3) on a cursor that binds its
         parameters on the server and runs each statement prepared, so the server parses and
         plans it once per connection instead of on every call; otherwise on Django's own
         cursor (client-side binding). Either way through Django's cursor wrapper: the
         statement joins the open transaction, errors are Django's, and it is logged and
-        instrumented (``execute_wrapper``) like any query. Yields the cursor to read."""
+        instrumented (``execute_wrapper``) like any query. Only statements whose text is the
+        same on every call come here: the enqueue's insert, the plain claim, a worker's pass."""
         db = self.connection
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
             with db.cursor() as cursor:
@@ -500,10 +509,7 @@ class PostgresDriver(Driver):
     ) -> list[ClaimedJob]:
         sql = f"WITH {self._claim_ctes(ahead)} SELECT * FROM claimed"
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        jobs = [ClaimedJob(*row) for row in rows]
+        jobs = [ClaimedJob(*row) for row in self._fetchall(sql, params)]
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 

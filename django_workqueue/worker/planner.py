@@ -13,6 +13,7 @@ to be promoted and nothing running could still put a job back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import queue
@@ -156,17 +157,26 @@ class ClaimPlanner:
         self.claim_deadline = math.inf
         self.last_poll = time.monotonic()
         self.poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
-        # First: a due batch has waited out its batch_wait.
-        batched = self.batches.fill(free) if free else 0
+        # Under load (the last claim came back full) a due batch, which has waited out its
+        # batch_wait, takes its slot first: plain jobs would otherwise take every slot. With
+        # slots to spare the plain jobs go first and start before the batches are read, so
+        # that a job a NOTIFY announced does not wait on that read (issue 32: pickup).
+        batch_first = self.backlog
+        batched = self.batches.fill(free) if free and batch_first else 0
         with self.ledger.lock:
             claims = self.pool.claims(self.queues, free - batched)
         if free:  # a pass for the buffer alone keeps what the last claims found held back
             self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self.claimer.claim(queues, limit)]
-        self.last_fill = (free, len(jobs) + batched)
         # With every slot busy no claim for free slots says whether work is waiting: the last
         # claim ahead does. A busy worker does not take a job an idle one is there to run.
-        ahead = self.claim_ahead(room, full=len(jobs) >= free - batched if free else self.backlog)
+        full = len(jobs) >= free - batched if free else self.backlog
+        if not batch_first:
+            if jobs:
+                self.when_committed(functools.partial(self.start_jobs, jobs, []))
+            batched = self.batches.fill(free - len(jobs)) if free > len(jobs) else 0
+        self.last_fill = (free, len(jobs) + batched)
+        ahead = self.claim_ahead(room, full=full)
         # Nothing ready, nothing due to be promoted, and nothing running that could still put
         # a job back: burst is done.
         self.drained = (
@@ -178,9 +188,11 @@ class ClaimPlanner:
         if self.drained and self.burst and self.promote():
             self.drained = False
             self.wake.set()
+        if not batch_first:
+            jobs = []  # started above
         if jobs or ahead:
-            self.when_committed(lambda: self.start_jobs(jobs, ahead))
-        return len(jobs) + batched
+            self.when_committed(functools.partial(self.start_jobs, jobs, ahead))
+        return self.last_fill[1]
 
     def start_jobs(self, jobs: list[ClaimedJob], ahead: list[ClaimedJob]) -> None:
         """Hand the jobs just claimed (and committed) to the slots, and those claimed ahead

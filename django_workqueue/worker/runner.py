@@ -210,9 +210,9 @@ class Worker:
                     if self._finished_work(claimed):
                         break
                     free = self.concurrency - self.running_count
-                    if claimed and free > 0 and not self._error_backoff:
+                    if claimed and free > 0 and self.planner.backlog and not self._error_backoff:
                         self.planner.poll_now = True
-                        continue  # a full batch came back: more may be waiting
+                        continue  # a full claim came back: more may be waiting
                     if self._error_backoff:  # wake-ups must not cut a backoff short
                         self.stopping.wait(self._backoff_for())
                         self.planner.poll_now = True

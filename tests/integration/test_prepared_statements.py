@@ -1,4 +1,5 @@
-"""Server-side prepared statements for enqueue (``WORKQUEUE["PREPARED_STATEMENTS"]``).
+"""Server-side prepared statements for enqueue and the plain claim
+(``WORKQUEUE["PREPARED_STATEMENTS"]``).
 
 PostgreSQL only by design: SQLite has no server to prepare on (its driver's statements are
 cached by the sqlite3 module), and the setting is ignored there."""
@@ -11,6 +12,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from django_workqueue.db import driver_for
 from django_workqueue.models import Job
 from testproject.testapp.tasks import add
 
@@ -24,15 +26,21 @@ pytestmark = [
 ]
 
 
-def prepared_inserts() -> list[tuple[int, int]]:
-    """(generic plans, custom plans) of each insert into the jobs table prepared in this session."""
+def prepared(pattern: str) -> list[tuple[int, int]]:
+    """(generic plans, custom plans) of each statement like ``pattern`` prepared in this
+    session."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement ILIKE %s",
-            ["%INSERT INTO%django_workqueue_job%"],
+            [pattern],
         )
         return cursor.fetchall()
+
+
+def prepared_inserts() -> list[tuple[int, int]]:
+    """Of each insert into the jobs table prepared in this session (see ``prepared``)."""
+    return prepared("%INSERT INTO%django_workqueue_job%")
 
 
 def prepared_statements() -> list[str]:
@@ -119,3 +127,38 @@ def test_enqueue_prepares_again_after_a_rollback_forgot_the_statements():
     add.enqueue(5, 6)
     assert sorted(job.args for job in Job.objects.all()) == [[1, 2], [5, 6]]
     assert len(prepared_inserts()) == 1
+
+
+# The plain claim: a worker woken by a NOTIFY waits on it before its job starts (issue 32's
+# pickup target); planned on every call it cost several times its run.
+
+
+def prepared_claims() -> list[tuple[int, int]]:
+    """Of each plain claim prepared in this session (see ``prepared``)."""
+    return prepared("%WITH picked AS MATERIALIZED%unnest%UPDATE%django_workqueue_job%")
+
+
+def test_the_claim_prepares_its_statement_once_and_reuses_it():
+    driver = driver_for("default")
+    add.enqueue_many([((n, 1), {}) for n in range(3)])
+    claimed = [driver.claim(["default", "mail"], 1, "w") for _ in range(3)]
+    driver.claim(["default"], 5, "w")  # other queues, another limit: the same statement
+    assert [len(jobs) for jobs in claimed] == [1, 1, 1]
+    [(generic, custom)] = prepared_claims()
+    assert generic + custom == 4
+    assert Job.objects.filter(status="running", lease_owner="w").count() == 3
+
+
+def test_a_prepared_claim_joins_the_callers_transaction():
+    add.enqueue(1, 2)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert len(driver_for("default").claim(["default"], 1, "w")) == 1
+        raise RuntimeError("roll back")
+    assert Job.objects.get().status == "ready"
+
+
+@override_settings(WORKQUEUE={**settings.WORKQUEUE, "PREPARED_STATEMENTS": False})
+def test_with_prepared_statements_off_the_claim_is_not_prepared():
+    add.enqueue(1, 2)
+    assert len(driver_for("default").claim(["default"], 1, "w")) == 1
+    assert prepared_statements() == []

@@ -168,6 +168,44 @@ def test_a_stop_requested_mid_pass_claims_nothing_more():
     assert Job.objects.filter(status=Status.RUNNING).count() == 0
 
 
+class ScriptedPasses(Worker):
+    """Each pass "claims" one job for its free slots; ``full`` says, pass by pass, whether
+    that claim came back full (the planner's ``backlog``). ``steps`` notes the passes and the
+    waits for a wake-up between them; the pass after the script stops the worker."""
+
+    def __init__(self, full: list[bool], **options) -> None:
+        super().__init__(**options)
+        self.full, self.steps = full, []
+        steps = self.steps
+
+        class NotedWake(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                steps.append("wait")
+                return True  # woken at once: the test is the order, not the time
+
+        self.wake = NotedWake()
+
+    def _tick(self) -> int:
+        self.steps.append("pass")
+        if not self.full:
+            self.stop()
+            return 0
+        self.planner.backlog = self.full.pop(0)
+        return 1
+
+
+def test_a_claim_that_came_back_short_waits_for_a_wake_up_before_the_next_pass():
+    """A full claim is followed by another pass at once (more may be ready); one that came
+    back short is not: the slots it fed start while the control thread waits, instead of
+    sharing the interpreter with a pass that would find nothing (issue 32: pickup). A job
+    enqueued meanwhile announces itself (NOTIFY, or the poll)."""
+    worker = ScriptedPasses([True, False], concurrency=4, grace_seconds=5)
+
+    assert worker.run() == 0
+
+    assert worker.steps[:4] == ["pass", "pass", "wait", "pass"]
+
+
 def _hand_over(worker: Worker, outcome_of) -> list[int]:
     """Do what the slots do with every job the last pass handed them: each ended with
     ``outcome_of(job)``, which goes to the completer. Returns the jobs' ids."""

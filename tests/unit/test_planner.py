@@ -154,3 +154,57 @@ def test_a_slot_takes_a_buffered_job_unless_stopping_and_never_one_whose_lease_w
     assert plan.ledger.ids() == {2}  # the lost one is forgotten, not run
     assert plan.ledger.executing == 1 and plan.pool.began_queues == ["default"]  # type: ignore[attr-defined]
     assert plan.wake.is_set() and plan.take() is None
+
+
+class OrderedPass:
+    """The parts a pass's claim step calls, each noting its call in ``steps``."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, ...]] = []
+        self.idle = True
+
+    # Batches
+    def fill(self, slots: int) -> int:
+        self.steps.append(("read batches", slots))
+        return 0
+
+    def wake_at(self) -> float:
+        return math.inf
+
+    # Claimer
+    held = False
+    retry_at = None
+
+    def begin_pass(self) -> None:
+        pass
+
+    def claim(self, queues: Any, limit: int) -> list[ClaimedJob]:
+        self.steps.append(("claim", limit))
+        return [job(1)]
+
+    # SlotPool
+    def claims(self, queues: Any, limit: int) -> list[tuple[Any, int]]:
+        return [(queues, limit)] if limit > 0 else []
+
+    # Backpressure
+    def may_claim(self, **counts: int) -> bool:
+        return True
+
+    def start(self, jobs: list[ClaimedJob], ahead: list[ClaimedJob]) -> None:
+        self.steps.append(("start", ids(jobs)))
+
+
+def test_with_slots_to_spare_the_plain_jobs_start_before_the_batches_are_read() -> None:
+    # Issue 32 (pickup): a job a NOTIFY announced starts without waiting on the batch read.
+    # Under load the due batches still take their slots first.
+    parts = OrderedPass()
+    plan = planner(
+        batches=parts, claimer=parts, pool=parts, backpressure=parts, ahead=AheadBuffer(0),
+    )  # fmt: skip
+    plan.start_jobs = parts.start  # type: ignore[method-assign]
+    assert plan.fill() == 1
+    assert parts.steps == [("claim", 2), ("start", [1]), ("read batches", 1)]
+    parts.steps.clear()
+    plan.backlog = plan.poll_now = True  # the last claim came back full
+    assert plan.fill() == 1
+    assert parts.steps == [("read batches", 2), ("claim", 2), ("start", [1])]
