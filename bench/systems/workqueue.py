@@ -47,7 +47,11 @@ class Workqueue(System):
         )  # fmt: skip
 
     def drain_settings(self) -> list[dict[str, Any]]:
-        return [{"concurrency": k} for k in self.options.wq_concurrency]
+        # runworker's default writes one line per job (INFO on django_workqueue.jobs); the
+        # last setting turns that line off (-v 0: warnings and errors only), as a busy
+        # deployment may, at the largest concurrency.
+        line_on = [{"concurrency": k} for k in self.options.wq_concurrency]
+        return [*line_on, {"concurrency": max(self.options.wq_concurrency), "verbosity": 0}]
 
     def worker_command(self, setting: dict[str, Any], *, burst: bool) -> list[str]:
         """``runworker`` for ``setting``: its concurrency, its pool (``"pool"``: ``threads``, the
@@ -57,6 +61,8 @@ class Workqueue(System):
                    "--concurrency", str(setting.get("concurrency", 1))]  # fmt: skip
         if setting.get("pool"):
             command += ["--pool", setting["pool"]]
+        if "verbosity" in setting:
+            command += ["--verbosity", str(setting["verbosity"])]
         queues = setting.get("queues", "default")
         command += ["--queues", queues] if queues else []
         return [*command, "--burst"] if burst else command

@@ -168,12 +168,12 @@ class ClaimPlanner:
         if free:  # a pass for the buffer alone keeps what the last claims found held back
             self.claimer.begin_pass()
         jobs = [job for queues, limit in claims for job in self.claimer.claim(queues, limit)]
+        if jobs:  # they start once their claim is kept, whatever the rest of the pass meets
+            self.when_committed(functools.partial(self.start_jobs, jobs, []))
         # With every slot busy no claim for free slots says whether work is waiting: the last
         # claim ahead does. A busy worker does not take a job an idle one is there to run.
         full = len(jobs) >= free - batched if free else self.backlog
         if not batch_first:
-            if jobs:
-                self.when_committed(functools.partial(self.start_jobs, jobs, []))
             batched = self.batches.fill(free - len(jobs)) if free > len(jobs) else 0
         self.last_fill = (free, len(jobs) + batched)
         ahead = self.claim_ahead(room, full=full)
@@ -188,10 +188,8 @@ class ClaimPlanner:
         if self.drained and self.burst and self.promote():
             self.drained = False
             self.wake.set()
-        if not batch_first:
-            jobs = []  # started above
-        if jobs or ahead:
-            self.when_committed(functools.partial(self.start_jobs, jobs, ahead))
+        if ahead:
+            self.when_committed(functools.partial(self.start_jobs, [], ahead))
         return self.last_fill[1]
 
     def start_jobs(self, jobs: list[ClaimedJob], ahead: list[ClaimedJob]) -> None:

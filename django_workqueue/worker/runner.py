@@ -570,10 +570,10 @@ class Worker:
             self.claimer.send_carried()
         except Exception as exc:
             recorded = self.claimer.carried()
-            self.planner.finishing, self._starts = set(), None
-            if recorded is not None:  # kept; what failed came after it
-                self._forget(*self.completer.settle(outcomes, recorded))
+            if recorded is not None:  # kept (committed): what failed came after it, and the
+                self._settle_and_start(outcomes, recorded)  # jobs it claimed are ours
                 raise
+            self.planner.finishing, self._starts = set(), None
             self.completer.put_back(outcomes)
             return self._apart(exc, "statement")
         recorded = self.claimer.carried()

@@ -74,6 +74,28 @@ def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch):
 
 
 @pytest.mark.postgres_only
+def test_jobs_the_kept_statement_claimed_start_even_if_the_pass_fails_after_it(monkeypatch):
+    """The statement commits on its own: what it claimed is this worker's, so a failure later
+    in the pass (here the claim ahead's step) still starts those jobs, and the outcomes it
+    wrote are settled, not put back."""
+    worker, first = _worker_with_outcomes(monkeypatch)
+    following = [add.enqueue(i, 2) for i in range(3)]
+
+    def fails(room, *, full):
+        raise RuntimeError("after the statement")
+
+    monkeypatch.setattr(worker.planner, "claim_ahead", fails)
+    worker._tick()  # the step's failure is logged, and the worker backs off
+
+    assert worker._error_backoff > 0
+
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert {fresh(job).status for job in following} == {Status.RUNNING}
+    assert worker.completer.pending == 0
+    assert worker._inbox.qsize() == 3  # handed to the slots, not left to their lease
+
+
+@pytest.mark.postgres_only
 def test_a_pass_that_claims_nothing_writes_and_counts_in_one_statement(monkeypatch):
     worker, first = _worker_with_outcomes(monkeypatch)
 
