@@ -765,7 +765,10 @@ class Driver(abc.ABC):
         """One statement, committed on its own (autocommit), for a worker's pass of plain jobs:
         ``record_many(owner, write.outcomes, skip_locked=True)``, the statistics of what it
         wrote (``count_stats``, by ``write.counted_as``) and ``claim(queues, limit, owner)``.
-        Only where ``supports_record_and_claim``; either all of it is kept, or none."""
+        Only where ``supports_record_and_claim``; either all of it is kept, or none. A row
+        that joined a workflow since its claim (``using(depends_on=...)`` of a running job) is
+        not written: its outcome comes back ``busy``, for a pass that writes workflow effects.
+        """
         raise NotImplementedError(f"{self.vendor} passes write, count and claim apart")
 
     def active_counts(self, now: datetime) -> list[ActiveCount]:

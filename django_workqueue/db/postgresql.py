@@ -68,6 +68,16 @@ def _prepared_cursor_class() -> Any:
     except (ImportError, ImproperlyConfigured):  # pragma: no cover - psycopg2, or no driver
         return None
 
+    def widened(value: Any) -> Any:
+        """``value`` with every int as an ``Int8``: psycopg sends an int (and a list of them)
+        as the smallest type that holds it, and a prepared statement is kept per parameter
+        types."""
+        if type(value) is int:
+            return Int8(value)
+        if type(value) is list and value and type(value[0]) is int:
+            return [Int8(item) for item in value]
+        return value
+
     class PreparedCursor(server_binding):
         """Runs every statement as a server-side prepared statement (psycopg's
         ``prepare=True``), kept per connection by its text and parameter types.
@@ -89,7 +99,7 @@ def _prepared_cursor_class() -> Any:
             if isinstance(params, Mapping):
                 # psycopg sends an int as the smallest type that holds it, and a prepared
                 # statement is kept per parameter types: one type for every int, one statement.
-                params = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
+                params = {k: widened(v) for k, v in params.items()}
             connection = self.connection
             threshold = connection.prepare_threshold
             if threshold is None:
@@ -1016,7 +1026,7 @@ class PostgresDriver(Driver):
         sql = f"WITH {self._record_ctes(skip_locked)} SELECT {self._recorded} {_RECORDED_FROM}"
         return self._fenced_write(sql, outcomes, owner)
 
-    def _record_ctes(self, skip_locked: bool) -> str:
+    def _record_ctes(self, skip_locked: bool, outside_workflows: bool = False) -> str:
         """The outcomes' write as CTEs: ``v`` (the batch), ``flows`` and ``free`` (the rows
         it may touch, ``_unheld``), ``written`` (the fenced UPDATE, RETURNING what the stats
         and the workflow effects read). All outcomes arrive as one jsonb parameter unpacked
@@ -1032,7 +1042,7 @@ class PostgresDriver(Driver):
             f"  has_progress boolean, "
             f"  pcurrent bigint, ptotal bigint, pmessage text, pdetails jsonb) "
             f"  WHERE {_BOUNDED_LOCK_WAITS}), "
-            f"{self._unheld(skip_locked)}, "
+            f"{self._unheld(skip_locked, outside_workflows)}, "
             f"written AS (UPDATE {self.table} AS j SET "
             f"status = CASE WHEN {cancel} THEN v.cancel_status ELSE v.status END, "
             f"finished_at = CASE WHEN v.finished OR {cancel} THEN {CLOCK} END, "
@@ -1085,7 +1095,7 @@ class PostgresDriver(Driver):
             f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
         )
 
-    def _unheld(self, skip_locked: bool) -> str:
+    def _unheld(self, skip_locked: bool, outside_workflows: bool = False) -> str:
         """The ``free`` rows of outcome batch ``v`` (see ``_lockable``), after the batch's
         workflow rows: the lock order of workflow/locks.py (workflow rows, then job rows, in
         id order), so the workflow effects written after it in this transaction find them
@@ -1108,10 +1118,14 @@ class PostgresDriver(Driver):
                 f"{workflows}, free AS MATERIALIZED (SELECT v.id FROM v, "
                 f"  (SELECT count(*) FROM flows) AS held)"
             )
+        # ``outside_workflows``: a row that joined a workflow is not free either (a job that
+        # was running when ``using(depends_on=...)`` named it joins one: record_and_claim,
+        # which writes no workflow effects, keeps its outcome for a pass that does).
+        in_flow = "FALSE" if outside_workflows else "j.workflow_id IN (SELECT id FROM flows)"
         return (
             f"{workflows}, "
             f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
-            f"  WHERE j.workflow_id IS NULL OR j.workflow_id IN (SELECT id FROM flows) "
+            f"  WHERE j.workflow_id IS NULL OR {in_flow} "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)"
         )
 
@@ -1174,7 +1188,8 @@ class PostgresDriver(Driver):
             f"DO UPDATE SET count = c.count + EXCLUDED.count)"
         )
         sql = (
-            f"WITH {self._record_ctes(skip_locked=True)}, {counted}, {self._claim_ctes()} "
+            f"WITH {self._record_ctes(skip_locked=True, outside_workflows=True)}, {counted}, "
+            f"{self._claim_ctes()} "
             f"SELECT 'w', {self._recorded}, claimed.* "
             f"{_RECORDED_FROM} LEFT JOIN claimed ON false "
             f"UNION ALL SELECT 'c', {', '.join(['NULL'] * 10)}, claimed.* FROM claimed"

@@ -167,9 +167,12 @@ class ClaimPlanner:
             claims = self.pool.claims(self.queues, free - batched)
         if free:  # a pass for the buffer alone keeps what the last claims found held back
             self.claimer.begin_pass()
-        jobs = [job for queues, limit in claims for job in self.claimer.claim(queues, limit)]
-        if jobs:  # they start once their claim is kept, whatever the rest of the pass meets
-            self.when_committed(functools.partial(self.start_jobs, jobs, []))
+        jobs: list[ClaimedJob] = []
+        for queues, limit in claims:
+            claimed = self.claimer.claim(queues, limit)
+            if claimed:  # they start once their claim is kept, whatever the pass meets next
+                self.when_committed(functools.partial(self.start_jobs, claimed, []))
+                jobs += claimed
         # With every slot busy no claim for free slots says whether work is waiting: the last
         # claim ahead does. A busy worker does not take a job an idle one is there to run.
         full = len(jobs) >= free - batched if free else self.backlog

@@ -40,6 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -56,7 +57,7 @@ from ..attempt.lease import LeaseKeeper, RunningJob
 from ..attempt.run import load_middlewares, run
 from ..conf import workqueue_settings as conf
 from ..context import AbortReason, JobContext
-from ..db import ClaimedJob, LivenessToken, Outcome, OutcomeKind, Recorded, driver_for
+from ..db import ClaimedJob, LivenessToken, Outcome, Recorded, driver_for
 from ..db.locking import row_locked
 from ..flow.backpressure import Backpressure
 from ..flow.claimer import Claimer
@@ -64,6 +65,7 @@ from ..maintenance.maintainer import RELEASED, Maintainer
 from ..models import Job
 from ..states import Status
 from ..stats import counters as stats_counters
+from ..workflow import release
 from . import shutdown
 from .ahead import AheadBuffer
 from .batch import Batch, Batches
@@ -75,10 +77,6 @@ from .registration import Registration
 from .slots import SlotPool
 
 logger = logging.getLogger("django_workqueue.worker")
-
-# Endings a pass may write in one statement (``Worker._in_one_statement``): they put nothing
-# back in line (a retry, a snooze or a release NOTIFYs its queue).
-_ENDING_PLAIN = frozenset({OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED})
 
 _MAX_ERROR_BACKOFF = 5.0
 
@@ -170,6 +168,9 @@ class Worker:
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
         self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
+        self._in_transaction_next = False  # a one-statement pass kept outcomes back
+        self.misconfigured: str | None = None
+        """Why the worker stopped on a setting it cannot work with (runworker exits 1)."""
         self.claimer = Claimer(self.driver, self.id)  # plain and flow-controlled jobs
         if pool not in ("threads", "processes"):
             raise ValueError(f"pool must be 'threads' or 'processes', got {pool!r}")
@@ -359,7 +360,15 @@ class Worker:
         return claimed
 
     def _step_failed(self, step: str, exc: Exception) -> bool:
-        """Log a failed step and back off; return whether the connection was lost."""
+        """Log a failed step and back off; return whether the connection was lost. A step
+        refused for a setting (``ImproperlyConfigured``: a pooler that loses prepared
+        statements, say) would fail the same way forever: the worker stops, and runworker
+        exits 1 with the reason (``misconfigured``)."""
+        if isinstance(exc, ImproperlyConfigured):
+            self.misconfigured = f"{step.lstrip('_')}: {exc}"
+            logger.error("worker %s: stopping: %s", self.id, self.misconfigured)
+            self.stop()
+            return True
         lost = is_connection_error(self.driver, exc)
         self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
         if lost:
@@ -538,18 +547,19 @@ class Worker:
         (``Driver.record_and_claim``): plain endings of jobs outside workflows, nothing else
         to do in the write's transaction (no signal receivers, no stats listeners, nothing
         put back in line to announce, no claim-ahead marks), and one plain claim."""
+        if self._in_transaction_next:  # the last one kept outcomes back: see below
+            self._in_transaction_next = False
+            return False
         if not (
             self.driver.supports_record_and_claim and self.claimer.single_plain
             and not self.ahead.enabled and not self.pool.queue_slots
-            and not signalling.outcomes_watched() and not stats_counters.listened()
-            and not self.batches.served
+            and not self.batches.served and release.rows_only(outcomes)
         ):  # fmt: skip
             return False
         with self.ledger.lock:
             running = self.ledger.running
             return all(
-                o.kind in _ENDING_PLAIN and not o.waits and o.spawn is None
-                and (item := running.get(o.job_id)) is not None
+                (item := running.get(o.job_id)) is not None
                 and item.context.attempt == o.attempt and item.context.job.workflow_id is None
                 for o in outcomes
             )  # fmt: skip
@@ -564,8 +574,8 @@ class Worker:
         self.planner.poll_now = True
         # None of these endings puts its job back: every one is finishing (burst: done).
         self.planner.finishing = {(o.job_id, o.attempt) for o in outcomes}
-        self.claimer.carry(stats_counters.counted_write(self.id, outcomes))
         try:
+            self.claimer.carry(stats_counters.counted_write(self.id, outcomes))
             claimed = self._fill()
             self.claimer.send_carried()
         except Exception as exc:
@@ -579,6 +589,10 @@ class Worker:
         recorded = self.claimer.carried()
         if recorded is None:  # pragma: no cover - send_carried sends it, or raises
             raise RuntimeError("the pass's write was never sent")
+        # Outcomes kept back (a row another session holds, or one that joined a workflow
+        # since its claim: the statement writes no workflow effects) go through the pass's
+        # transaction next time, which writes them as release.record does.
+        self._in_transaction_next = bool(recorded.busy)
         self._settle_and_start(outcomes, recorded)
         return claimed
 

@@ -69,6 +69,21 @@ def record(
 # for later (a retry's backoff, a snooze).
 _RETURNING = frozenset({OutcomeKind.RETRY, OutcomeKind.SNOOZE, OutcomeKind.RELEASE})
 
+# Endings whose write, for a job outside any workflow, is its row and its statistics alone.
+_ROWS_ONLY = frozenset({OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED})
+
+
+def rows_only(outcomes: Sequence[Outcome]) -> bool:
+    """Whether ``record`` would write nothing for ``outcomes`` but their rows and their
+    statistics, given that their jobs are outside workflows (which only the rows can say:
+    ``Driver.record_and_claim`` leaves a row that joined one for this function's caller to
+    write through ``record``): no signal receivers (``outcomes_written``), no statistics
+    listeners, no job put back in line (its queue's NOTIFY), no wait (the inbox), no spawn.
+    Whatever ``record`` comes to do, this function says whether it may be skipped."""
+    if signalling.outcomes_watched() or stats_counters.listened():
+        return False
+    return all(o.kind in _ROWS_ONLY and not o.waits and o.spawn is None for o in outcomes)
+
 
 def _announce_returns(driver: Driver, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
     """NOTIFY the queues of jobs that went back in line: idle workers poll rarely while they

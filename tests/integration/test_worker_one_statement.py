@@ -73,6 +73,48 @@ def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch):
     assert sum(counted) == 3
 
 
+def test_a_running_job_named_as_a_prerequisite_releases_its_dependent(monkeypatch):
+    """A job claimed outside any workflow joins one while it runs (``using(depends_on=...)``
+    of a running job): its worker's copy still says no workflow, so the one statement, which
+    writes no workflow effects, must leave that row for a pass that does, and the dependent
+    is released when the job ends. (On SQLite every pass is that pass.)"""
+    first = [add.enqueue(i, 1) for i in range(3)]
+    worker = Worker(concurrency=3, poll_interval=3600)
+    monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)
+    worker.claimer._next_stray_look = math.inf
+    assert worker._tick() == 3
+    dependent = add.using(depends_on=[first[0]]).enqueue(5, 5)
+    assert fresh(dependent).status == Status.BLOCKED
+    _hand_over(worker, _success)
+
+    worker._tick()  # the one statement writes the others and keeps first[0]'s outcome
+    worker._tick()  # the pass's transaction writes it, with its workflow's effects
+
+    assert {fresh(job).status for job in first} == {Status.SUCCEEDED}
+    assert fresh(dependent).status in {Status.READY, Status.RUNNING}  # released (and claimed)
+    assert worker.completer.pending == 0
+    counted = StatsCounter.objects.filter(name="succeeded").values_list("count", flat=True)
+    assert sum(counted) == 3
+
+
+def test_a_setting_the_worker_cannot_work_with_stops_it(monkeypatch):
+    """A claim refused for a setting (``ImproperlyConfigured``: behind a pooler that loses
+    prepared statements, say) would fail the same way on every pass: the worker stops with
+    the reason, and runworker exits 1 with it, instead of backing off forever."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    add.enqueue(1, 1)
+    worker = Worker(concurrency=2, poll_interval=0.05)
+
+    def refused(queues, limit):
+        raise ImproperlyConfigured("a prepared statement was lost between server connections")
+
+    monkeypatch.setattr(worker.claimer, "claim", refused)
+    assert worker.run() == 0  # it returns: no backoff loop
+    assert worker.misconfigured is not None
+    assert "prepared statement was lost" in worker.misconfigured
+
+
 @pytest.mark.postgres_only
 def test_jobs_the_kept_statement_claimed_start_even_if_the_pass_fails_after_it(monkeypatch):
     """The statement commits on its own: what it claimed is this worker's, so a failure later

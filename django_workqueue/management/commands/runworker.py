@@ -263,6 +263,8 @@ class Command(BaseCommand):
             worker.run()  # it logs its start line ("worker <id> started: ...") once registered
             if worker.processes is not None and worker.processes.failed is not None:
                 raise CommandError(f"--pool processes: {worker.processes.failed}")
+            if worker.misconfigured is not None:
+                raise CommandError(worker.misconfigured)
             done = summary(worker.finished_count, worker.completer.endings)
             self.stdout.write(f"runworker {worker.id}: stopped after {done}")
         finally:  # called in-process (call_command, tests): leave signals as they were
