@@ -80,6 +80,9 @@ logger = logging.getLogger("django_workqueue.worker")
 
 _MAX_ERROR_BACKOFF = 5.0
 
+# The steps of ``Worker._tick`` that write outcomes and claim: the pass itself.
+_PASS_STEPS = frozenset({"_fill", "_write_and_claim", "_flush"})
+
 #: What the control thread hands a slot: a job, a batch, or None (the slot ends).
 InboxItem = tuple[ClaimedJob, RunningJob] | Batch | None
 
@@ -360,11 +363,11 @@ class Worker:
         return claimed
 
     def _step_failed(self, step: str, exc: Exception) -> bool:
-        """Log a failed step and back off; return whether the connection was lost. A step
-        refused for a setting (``ImproperlyConfigured``: a pooler that loses prepared
-        statements, say) would fail the same way forever: the worker stops, and runworker
-        exits 1 with the reason (``misconfigured``)."""
-        if isinstance(exc, ImproperlyConfigured):
+        """Log a failed step and back off; return whether the connection was lost. A pass's
+        write or claim refused for a setting (``ImproperlyConfigured``: a pooler that loses
+        prepared statements, say) would fail the same way forever: the worker stops, and
+        runworker exits 1 with the reason (``misconfigured``)."""
+        if isinstance(exc, ImproperlyConfigured) and step in _PASS_STEPS:
             self.misconfigured = f"{step.lstrip('_')}: {exc}"
             logger.error("worker %s: stopping: %s", self.id, self.misconfigured)
             self.stop()
