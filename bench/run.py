@@ -188,7 +188,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--wq-concurrency",
         type=_ints,
-        help="runworker --concurrency values to try (default 16,32,64).",
+        help="runworker --concurrency values to try (default 16,32,64,128; the largest is "
+        "also run with -v 0, its per-job line off).",
     )
     parser.add_argument(
         "--sqlite-concurrency",
@@ -212,7 +213,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.metrics = args.metrics or [m for m in ALL_METRICS if not (quick and m in NOT_QUICK)]
     args.size_values = {**(QUICK_SIZES if quick else SIZES), **args.sizes}
     args.reps = args.reps or (1 if quick else 3)
-    args.wq_concurrency = args.wq_concurrency or ([32] if quick else [16, 32, 64])
+    args.wq_concurrency = args.wq_concurrency or ([32] if quick else [16, 32, 64, 128])
     args.sqlite_concurrency = args.sqlite_concurrency or ([4] if quick else [1, 4, 16])
     args.pgq_batch = args.pgq_batch or ([10] if quick else [10, 100, 500])
     args.procrastinate_concurrency = args.procrastinate_concurrency or ([10] if quick else [10, 50])
