@@ -33,7 +33,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from ..models import FlowLimit, IdempotencyClaim, Job, Queue, StatsCounter
+from ..models import IdempotencyClaim, Job, Queue, StatsCounter
 from ..outcomes import Outcome
 from ..states import ACTIVE, AWAITING_PREREQUISITES, Status, transition
 
@@ -638,66 +638,21 @@ class Driver(abc.ABC):
         hold.begin()
         return walked, self.lock_flow_limits(sorted(keys), {k for k, n in keys.items() if n})
 
+    @abc.abstractmethod
     def lock_flow_limits(
         self, keys: Sequence[str], counted: Collection[str]
     ) -> dict[str, tuple[list[list[float]], int]]:
-        """Lock the ``FlowLimit`` rows of ``keys`` in key order, making those of keys seen for
-        the first time, skipping a row another session holds locked (where rows lock; SQLite's
-        claim holds the write lock), and return {locked key: (its recorded starts, its running
-        jobs)}, inside ``flow_limits_held``. Running jobs are counted for the keys in
-        ``counted`` only (0 for the others): a count walks every running job of its key. The
-        generic version sends one statement, and one more when some rows are new."""
-        if not keys:
-            return {}
-        limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
-        lock = (
-            " FOR UPDATE OF l SKIP LOCKED"
-            if self.connection.features.has_select_for_update_skip_locked
-            else ""
-        )
-        counted = [key for key in keys if key in counted]
+        """Hold the limits of ``keys`` for the claim, inside ``flow_limits_held``, and return
+        {held key: (its recorded starts, its running jobs)}: where rows lock, the
+        ``FlowLimit`` rows in key order, those of keys seen for the first time made, a row
+        another session holds skipped; where one writer locks the database (SQLite), its
+        write lock, with no row made. Running jobs are counted for the keys in ``counted``
+        only (0 for the others): a count walks every running job of its key."""
 
-        def running(row: str) -> str:
-            if not counted:
-                return "0"
-            return (
-                f"CASE WHEN {row}.key IN ({', '.join(['%s'] * len(counted))}) THEN (SELECT "
-                f"count(*) FROM {self.table} AS j WHERE j.status = 'running' AND j.flow_key IS "
-                f"NOT NULL AND j.flow_key = {row}.key) ELSE 0 END"
-            )
-
-        sql = (
-            f"SELECT l.key, l.starts, {running('l')} FROM {limits} AS l "
-            f"WHERE l.key IN ({', '.join(['%s'] * len(keys))}) ORDER BY l.key{lock}"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*counted, *keys])
-            rows = cursor.fetchall()
-            missing = sorted(set(keys) - {row[0] for row in rows})
-            if missing:
-                # The new rows, made and read (with their keys' running jobs, in case a row
-                # was deleted while its jobs ran) by one statement. A row another session
-                # made meanwhile conflicts: that key is left alone this time. (No alias: a
-                # subquery of SQLite's RETURNING sees the table by its name only.)
-                rows_made = ", ".join(["(%s, '[]')"] * len(missing))
-                cursor.execute(
-                    f"INSERT INTO {limits} (key, starts) VALUES {rows_made} ON CONFLICT (key) "
-                    f"DO NOTHING RETURNING {limits}.key, {limits}.starts, {running(limits)}",
-                    [*missing, *counted],
-                )
-                rows += cursor.fetchall()
-        return {
-            key: (json.loads(starts) if isinstance(starts, str) else starts or [], int(n))
-            for key, starts, n in rows
-        }
-
+    @abc.abstractmethod
     def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
-        """Store the recent starts of rate-limited keys whose rows ``lock_flow_limits`` locked,
-        inside ``flow_limits_held``. The generic version writes one row per statement."""
-        for key, value in starts.items():
-            FlowLimit.objects.using(self.alias).filter(key=key).update(
-                starts=value, updated_at=Now()
-            )
+        """Store the recent starts of rate-limited keys held by ``lock_flow_limits``, inside
+        ``flow_limits_held`` (one statement for every key)."""
 
     @abc.abstractmethod
     def claim_flow(
