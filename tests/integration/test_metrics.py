@@ -146,7 +146,9 @@ def test_runworker_metrics_address_defaults_to_loopback(monkeypatch: pytest.Monk
     served: list[tuple[int, str]] = []
     monkeypatch.setattr(metrics, "serve_worker_metrics", lambda *args: served.append(args))
     monkeypatch.setattr(
-        runworker, "Worker", mock.MagicMock(return_value=mock.MagicMock(id="w", processes=None))
+        runworker,
+        "Worker",
+        mock.MagicMock(return_value=mock.MagicMock(id="w", processes=None, misconfigured=None)),
     )
     monkeypatch.setattr(stop_signals.signal, "signal", lambda *args: None)  # the test's own stay
     monkeypatch.setattr(runworker, "configure_logging", lambda verbosity: None)
