@@ -32,6 +32,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
+def no_outcome_listeners(monkeypatch):
+    """A process with no receivers of the outcome signals, no statistics listeners and no
+    flow-limited task, as a worker without realtime, metrics, the django.tasks bridge or flow
+    control: one another test left registered (those connect once per process) would keep
+    every pass on the transaction path.
+    The test that connects one (``test_other_passes_keep_their_transaction``) does so inside."""
+    for signal in (signals.job_succeeded, signals.job_failed, signals.job_cancelled,
+                   signals.job_retrying, signals.job_snoozed):  # fmt: skip
+        monkeypatch.setattr(signal, "receivers", [])
+        monkeypatch.setattr(signal, "sender_receivers_cache", {})
+    monkeypatch.setattr(counters, "_listeners", [])
+    # Nor a task with limits or a fairness key (a test module may register one at import):
+    # with one, every pass claims through the flow claim, in the pass's transaction.
+    monkeypatch.setattr("django_workqueue.flow.claimer.uses_flow_claim", lambda: False)
+
+
+@pytest.fixture(autouse=True)
 def no_batch_tasks(monkeypatch):
     """A project without batch tasks (the test project's would make every pass claim batches
     too, which keeps the pass's transaction)."""
