@@ -353,7 +353,7 @@ class Recorded:
     """The written outcomes that finished their job, as the row says (a requested
     cancellation may have turned a failure into ``cancelled``)."""
     timings: list[Timing] = dataclasses.field(default_factory=list)
-    """Every written outcome's attempt, for the stats (``record_many`` only)."""
+    """Every written outcome's attempt, for the stats (``record_many`` and ``record_and_claim``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ the hot path a statement a batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import zlib
@@ -106,8 +107,14 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
             (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()
         )
     )
-    if _listeners:
-        transaction.on_commit(lambda: _tell(outcomes, recorded), using=driver.alias)
+
+
+def tell(alias: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    """Tell the listeners (``add_listener``) of a batch that wrote something, once the
+    current transaction of ``alias`` commits: at once outside a transaction, as after the
+    worker's autocommitted pass (``Driver.record_and_claim``); never if it rolls back."""
+    if _listeners and recorded.timings:
+        transaction.on_commit(functools.partial(_tell, outcomes, recorded), using=alias)
 
 
 def _tell(outcomes: Sequence[Outcome], recorded: Recorded) -> None:
