@@ -435,18 +435,20 @@ def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
 
 @pytest.mark.postgres_only
 def test_the_duration_classes_in_sql_are_those_of_bucket():
-    """``width_bucket`` over ``histogram.lower_bounds()`` classes every duration as
-    ``bucket`` does, at each class's edge to the last bit of a float."""
+    """``width_bucket`` over ``histogram.lower_bounds()`` where the duration is >= 0 (the one
+    statement's classing) classes every duration as ``counters.duration_class`` does: by
+    ``bucket``, at each class's edge to the last bit of a float, and none below 0."""
     bounds = list(histogram.lower_bounds())
-    values = [0.0, 0.0005]
+    values = [-1.0, -0.0005, 0.0, 0.0005]
     for edge in bounds:
         values += [edge, math.nextafter(edge, 0.0), math.nextafter(edge, math.inf)]
     values.append(10.0**9)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT width_bucket(d, %s::float8[]) FROM unnest(%s::float8[]) WITH ORDINALITY "
-            "AS u(d, n) ORDER BY n",
+            "SELECT CASE WHEN d >= 0 THEN width_bucket(d, %s::float8[]) END "
+            "FROM unnest(%s::float8[]) WITH ORDINALITY AS u(d, n) ORDER BY n",
             [bounds, values],
         )
         in_sql = [row[0] for row in cursor.fetchall()]
-    assert in_sql == [histogram.bucket(value) for value in values]
+    assert in_sql == [counters.duration_class(value) for value in values]
+    assert in_sql[2:] == [histogram.bucket(value) for value in values[2:]]
