@@ -353,7 +353,7 @@ class Recorded:
     """The written outcomes that finished their job, as the row says (a requested
     cancellation may have turned a failure into ``cancelled``)."""
     timings: list[Timing] = dataclasses.field(default_factory=list)
-    """Every written outcome's attempt, for the stats (``record_many`` only)."""
+    """Every written outcome's attempt, for the stats (``record_many`` and ``record_and_claim``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,9 +362,10 @@ class CountedWrite:
     above the driver (``stats/counters.py``), for ``Driver.record_and_claim``."""
 
     outcomes: Sequence[Outcome]
-    counted_as: Sequence[tuple[str | None, str | None]]
-    """Per outcome, the counter its attempt adds to if the row takes the outcome's status, and
-    the one if a requested cancellation picks its other status (None: not counted)."""
+    counted: Sequence[tuple[int, int, bool, str, str | None]]
+    """The counter rows each outcome adds to once written: (job id, attempt, whether for the
+    status a requested cancellation picks, counter, the duration that classes it: ``"run"``,
+    ``"wait"``, or None for class 0)."""
     shard: int
     """The counter rows' shard of the writing worker."""
     bounds: Sequence[float]
@@ -719,7 +720,7 @@ class Driver(abc.ABC):
     ) -> tuple[Recorded, list[ClaimedJob]]:
         """One statement, committed on its own (autocommit), for a worker's pass of plain jobs:
         ``record_many(owner, write.outcomes, skip_locked=True)``, the statistics of what it
-        wrote (``count_stats``, by ``write.counted_as``) and ``claim(queues, limit, owner)``.
+        wrote (``count_stats``, by ``write.counted``) and ``claim(queues, limit, owner)``.
         Only where ``supports_record_and_claim``; either all of it is kept, or none. A row
         that joined a workflow since its claim (``using(depends_on=...)`` of a running job) is
         not written: its outcome comes back ``busy``, for a pass that writes workflow effects.

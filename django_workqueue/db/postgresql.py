@@ -1160,28 +1160,28 @@ class PostgresDriver(Driver):
         # Three parts in one statement, one snapshot: rows the write finishes are `running` in
         # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
         # twice. The statistics' upsert reads the rows the write returned: counted iff
-        # written, and committed with them. Which counter an attempt adds to is decided above
-        # (`counted_as`: the one for each status the row may take); its duration classes are
-        # those of `histogram.bucket`, whose lower bounds `width_bucket` is given. Rows are
-        # upserted in key order, as `count_stats` does. The last SELECT answers both the write
-        # (kind 'w', `_recorded`'s columns) and the claim (kind 'c', `ClaimedJob`'s).
+        # written, and committed with them. Which counter rows an attempt adds to is decided
+        # above (`counted`: for each status the row may take, the counter and the duration
+        # that classes it); here they are only joined to the rows written, and a duration is
+        # classed as `counters.duration_class` does (`width_bucket` over the lower bounds of
+        # `histogram.bucket`'s classes, where it is >= 0). Rows are upserted in key order, as
+        # `count_stats` does. The last SELECT answers both the write (kind 'w', `_recorded`'s
+        # columns) and the claim (kind 'c', `ClaimedJob`'s).
         counted = (
             f"counted AS (INSERT INTO {self.stats_table} AS c "
             f"  (minute, queue, task_name, name, bucket, shard, count) "
             f"SELECT date_trunc('minute', {CLOCK}), s.queue, s.task_name, s.name, s.bucket, "
-            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, x.name, "
-            f"  x.bucket::smallint AS bucket FROM written AS w "
-            f"  JOIN v ON v.id = w.id AND v.attempt = w.attempt "
-            f"  JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(names)s::text[], "
-            f"    %(cancel_names)s::text[]) AS n(id, attempt, name, cancel_name) "
-            f"    ON n.id = w.id AND n.attempt = w.attempt "
-            f"  CROSS JOIN LATERAL (SELECT CASE WHEN w.status = v.status THEN n.name "
-            f"    ELSE n.cancel_name END AS ending) AS e "
-            f"  CROSS JOIN LATERAL (VALUES (e.ending, 0), ('run', CASE WHEN w.run_seconds >= 0 "
-            f"    THEN width_bucket(w.run_seconds, %(bounds)s::float8[]) END), "
-            f"    ('wait', CASE WHEN w.wait_seconds >= 0 "
-            f"    THEN width_bucket(w.wait_seconds, %(bounds)s::float8[]) END)) AS x(name, bucket) "
-            f"  WHERE e.ending IS NOT NULL AND x.bucket IS NOT NULL) AS s "
+            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, n.name, "
+            f"  (CASE WHEN n.measure IS NULL THEN 0 WHEN d.seconds >= 0 "
+            f"    THEN width_bucket(d.seconds, %(bounds)s::float8[]) END)::smallint AS bucket "
+            f"  FROM written AS w JOIN v ON v.id = w.id AND v.attempt = w.attempt "
+            f"  JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(cancelled)s::boolean[], "
+            f"    %(names)s::text[], %(measures)s::text[]) "
+            f"    AS n(id, attempt, cancelled, name, measure) ON n.id = w.id "
+            f"    AND n.attempt = w.attempt AND n.cancelled = (w.status <> v.status) "
+            f"  CROSS JOIN LATERAL (SELECT CASE n.measure WHEN 'run' THEN w.run_seconds "
+            f"    WHEN 'wait' THEN w.wait_seconds END AS seconds) AS d) AS s "
+            f"WHERE s.bucket IS NOT NULL "
             f"GROUP BY s.queue, s.task_name, s.name, s.bucket "
             f"ORDER BY s.queue, s.task_name, s.name, s.bucket "
             f"ON CONFLICT (minute, queue, task_name, name, bucket, shard) "
@@ -1197,9 +1197,11 @@ class PostgresDriver(Driver):
         outcomes = write.outcomes
         params: dict[str, Any] = {
             "batch": self.batch(outcomes), "owner": owner, "shard": write.shard,
-            "ids": [o.job_id for o in outcomes], "attempts": [o.attempt for o in outcomes],
-            "names": [normal for normal, _ in write.counted_as],
-            "cancel_names": [cancelled for _, cancelled in write.counted_as],
+            "ids": [row[0] for row in write.counted],
+            "attempts": [row[1] for row in write.counted],
+            "cancelled": [row[2] for row in write.counted],
+            "names": [row[3] for row in write.counted],
+            "measures": [row[4] for row in write.counted],
             "bounds": list(write.bounds), "now": None, "limit": limit, "queues": list(queues),
         }  # fmt: skip
         with self._prepared(sql, params) as cursor:  # planned once per connection

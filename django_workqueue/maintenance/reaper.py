@@ -158,9 +158,9 @@ class Reaper(Service):
             # Counters last, as a worker's completion takes them (workflows, jobs, dependents,
             # counters): one statement for every owner's jobs, its rows in key order, so a
             # reaper and a worker never lock in opposite orders.
-            stats_counters.count(
-                driver, _REAPER, outcomes, Recorded(written=set(), busy=set(), timings=timings)
-            )
+            counted = Recorded(written=set(), busy=set(), timings=timings)
+            stats_counters.count(driver, _REAPER, outcomes, counted)
+            stats_counters.tell(self.alias, outcomes, counted)  # a worker's metrics, on commit
             # Jobs back in ready wake the workers of their queues (not those that ended).
             driver.notify({row.queue for row in reaped if not lease_expired(row).spent})
             if any(row.owner_gone for row in reaped):  # a dead standby's slot is free now

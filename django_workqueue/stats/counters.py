@@ -3,11 +3,13 @@
 Called inside the transaction that records a batch of outcomes, after the write: one more
 statement per batch (an upsert of a few rows per queue and task), never one per job. The
 counters are therefore exact — an attempt is counted iff its outcome was written — and cost
-the hot path a statement a batch.
+the hot path a statement a batch. A worker's one-statement pass (``Driver.record_and_claim``)
+counts in its statement the rows ``counted_write`` decides here, in the shape ``count`` uses.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import zlib
@@ -62,18 +64,39 @@ def listened() -> bool:
 
 
 def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
-    """``outcomes`` with what ``count`` would add for each, whichever status its row takes,
-    for a driver that counts them in the statement that writes them
-    (``Driver.record_and_claim``): the same counters, classed by the same ``bucket``."""
+    """``outcomes`` with the counter rows ``count`` would add for each, whichever status its
+    row takes, for a driver that counts them in the statement that writes them
+    (``Driver.record_and_claim``): the statement only joins them to the rows it wrote and
+    classes their durations (``duration_class``)."""
+    counted = []
+    for o in outcomes:
+        for cancelled, status in ((False, o.status), (True, o.status_if_cancel_requested)):
+            name = ending(o.kind, status)
+            if name is not None:
+                counted += [
+                    (o.job_id, o.attempt, cancelled, counter, measure)
+                    for counter, measure in _counted(name)
+                ]
     return CountedWrite(
-        outcomes=outcomes,
-        counted_as=[
-            (ending(o.kind, o.status), ending(o.kind, o.status_if_cancel_requested))
-            for o in outcomes
-        ],
-        shard=_shard(owner),
-        bounds=lower_bounds(),
+        outcomes=outcomes, counted=counted, shard=_shard(owner), bounds=lower_bounds()
     )
+
+
+def _counted(name: str) -> list[tuple[str, str | None]]:
+    """The counters one attempt counted as ``name`` adds to, each with the duration that
+    classes it (None: class 0): its ending, its run, its wait. The one shape of ``count``
+    and of the one-statement pass's (``counted_write``)."""
+    return [(name, None), ("run", "run"), ("wait", "wait")]
+
+
+def duration_class(seconds: float | None) -> int | None:
+    """The class a measured duration is counted in (``histogram.bucket``), or None: not
+    counted. Negative when the write moved run_after on (a retry's delay): the wait is
+    unknown. ``Driver.record_and_claim`` classes its rows alike (``width_bucket`` over
+    ``histogram.lower_bounds()`` where the duration is ≥ 0)."""
+    if seconds is None or seconds < 0:
+        return None
+    return bucket(seconds)
 
 
 def _shard(owner: str) -> int:
@@ -91,23 +114,25 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
         if name is None:
             continue
-        queue, task = timing.queue, timing.task_name
-        counted = [(queue, task, name, 0)]
-        run, wait = timing.run_seconds, timing.wait_seconds
-        if run is not None and run >= 0:
-            counted.append((queue, task, "run", bucket(run)))
-        # Negative when the write moved run_after on (a retry's delay): the wait is unknown.
-        if wait is not None and wait >= 0:
-            counted.append((queue, task, "wait", bucket(wait)))
-        for key in counted:
-            totals[key] = totals.get(key, 0) + 1
+        seconds = {"run": timing.run_seconds, "wait": timing.wait_seconds}
+        for counter, measure in _counted(name):
+            klass = 0 if measure is None else duration_class(seconds[measure])
+            if klass is not None:
+                key = (timing.queue, timing.task_name, counter, klass)
+                totals[key] = totals.get(key, 0) + 1
     driver.count_stats(
         sorted(
             (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()
         )
     )
-    if _listeners:
-        transaction.on_commit(lambda: _tell(outcomes, recorded), using=driver.alias)
+
+
+def tell(alias: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    """Tell the listeners (``add_listener``) of a batch that wrote something, once the
+    current transaction of ``alias`` commits: at once outside a transaction, as after the
+    worker's autocommitted pass (``Driver.record_and_claim``); never if it rolls back."""
+    if _listeners and recorded.timings:
+        transaction.on_commit(functools.partial(_tell, outcomes, recorded), using=alias)
 
 
 def _tell(outcomes: Sequence[Outcome], recorded: Recorded) -> None:

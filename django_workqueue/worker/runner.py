@@ -548,8 +548,9 @@ class Worker:
     def _in_one_statement(self, outcomes: list[Outcome]) -> bool:
         """Whether this pass may write, count and claim in one autocommitted statement
         (``Driver.record_and_claim``): plain endings of jobs outside workflows, nothing else
-        to do in the write's transaction (no signal receivers, no stats listeners, nothing
-        put back in line to announce, no claim-ahead marks), and one plain claim."""
+        to do in the write's transaction (nothing put back in line to announce, no claim-ahead
+        marks), and one plain claim. Signal receivers and statistics listeners hear of the
+        outcomes after the statement as after the transaction (``_kept_at_once``)."""
         if self._in_transaction_next:  # the last one kept outcomes back: see below
             self._in_transaction_next = False
             return False
@@ -584,7 +585,7 @@ class Worker:
         except Exception as exc:
             recorded = self.claimer.carried()
             if recorded is not None:  # kept (committed): what failed came after it, and the
-                self._settle_and_start(outcomes, recorded)  # jobs it claimed are ours
+                self._kept_at_once(outcomes, recorded)  # jobs it claimed are ours
                 raise
             self.planner.finishing, self._starts = set(), None
             self.completer.put_back(outcomes)
@@ -596,8 +597,17 @@ class Worker:
         # since its claim: the statement writes no workflow effects) go through the pass's
         # transaction next time, which writes them as release.record does.
         self._in_transaction_next = bool(recorded.busy)
-        self._settle_and_start(outcomes, recorded)
+        self._kept_at_once(outcomes, recorded)
         return claimed
+
+    def _kept_at_once(self, outcomes: list[Outcome], recorded: Recorded) -> None:
+        """The one statement returned, so it committed: this process hears of what it wrote
+        now (``release.tell_written``, what the pass's transaction tells on its commit), then
+        the pass settles and starts what it claimed."""
+        try:
+            release.tell_written(self.alias, self.id, outcomes, recorded)
+        finally:
+            self._settle_and_start(outcomes, recorded)
 
     def _when_committed(self, start: Callable[[], None]) -> None:
         """Run ``start`` (it hands jobs just claimed to the slots) once their claim is kept:

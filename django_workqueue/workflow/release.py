@@ -33,7 +33,7 @@ logger = logging.getLogger("django_workqueue.workflow")
 
 __all__ = [
     "UNMET_TYPE", "Effects", "after_recorded", "error_time", "finish", "record", "reopen",
-    "settle",
+    "rows_only", "settle", "tell_written",
 ]  # fmt: skip
 
 
@@ -58,11 +58,21 @@ def record(
         if parked:  # a signal sent while the body was deciding to wait: see inbox.py
             inbox.wake_kept(driver.alias, parked)
         # Registered first: the jobs' own signals come before those of what they released.
-        signalling.outcomes_written(driver.alias, owner, outcomes, recorded)
+        tell_written(driver.alias, owner, outcomes, recorded)
         after_recorded(driver.alias, outcomes, recorded)
         stats_counters.count(driver, owner, outcomes, recorded)  # one statement a batch
         _announce_returns(driver, outcomes, recorded)
     return recorded
+
+
+def tell_written(alias: str, owner: str, outcomes: Sequence[Outcome], recorded: Recorded) -> None:
+    """What this process hears of a worker's outcomes just written, once their write commits:
+    the signal of the status each row took (``signalling.outcomes_written``), then the
+    statistics listeners (``stats_counters.tell``); nothing of an outcome the fence refused.
+    ``record`` calls it inside its transaction; a pass written in one autocommitted statement
+    (``Driver.record_and_claim``) calls it once the statement returned, so both tell alike."""
+    signalling.outcomes_written(alias, owner, outcomes, recorded)
+    stats_counters.tell(alias, outcomes, recorded)
 
 
 # Outcomes that put their job back in line: ready again (released at shutdown) or scheduled
@@ -77,11 +87,11 @@ def rows_only(outcomes: Sequence[Outcome]) -> bool:
     """Whether ``record`` would write nothing for ``outcomes`` but their rows and their
     statistics, given that their jobs are outside workflows (which only the rows can say:
     ``Driver.record_and_claim`` leaves a row that joined one for this function's caller to
-    write through ``record``): no signal receivers (``outcomes_written``), no statistics
-    listeners, no job put back in line (its queue's NOTIFY), no wait (the inbox), no spawn.
-    Whatever ``record`` comes to do, this function says whether it may be skipped."""
-    if signalling.outcomes_watched() or stats_counters.listened():
-        return False
+    write through ``record``): endings only (no job put back in line: its queue's NOTIFY),
+    no wait (the inbox), no spawn. It asks about the outcomes alone: who listens
+    (``tell_written``: the signal receivers, the statistics listeners) is told the same
+    after either write. Whatever ``record`` comes to do, this function says whether it may
+    be skipped."""
     return all(o.kind in _ROWS_ONLY and not o.waits and o.spawn is None for o in outcomes)
 
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import DataError, OperationalError, connection, transaction
 from django.db.models.functions import Now
-from django.dispatch import receiver
 from django.test.utils import CaptureQueriesContext
 
 from django_workqueue import signals
 from django_workqueue.db import driver_for
 from django_workqueue.models import Job, StatsCounter
 from django_workqueue.outcomes import Outcome, OutcomeKind
+from django_workqueue.registry import find_task
 from django_workqueue.states import Status
 from django_workqueue.stats import counters, histogram
 from django_workqueue.worker.runner import Worker
@@ -30,21 +31,21 @@ from tests.support.database import fresh
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+OUTCOME_SIGNALS = (signals.job_succeeded, signals.job_failed, signals.job_cancelled,
+                   signals.job_retrying, signals.job_snoozed)  # fmt: skip
+
 
 @pytest.fixture(autouse=True)
-def no_outcome_listeners(monkeypatch):
-    """A process with no receivers of the outcome signals, no statistics listeners and no
-    flow-limited task, as a worker without realtime, metrics, the django.tasks bridge or flow
-    control: one another test left registered (those connect once per process) would keep
-    every pass on the transaction path.
-    The test that connects one (``test_other_passes_keep_their_transaction``) does so inside."""
-    for signal in (signals.job_succeeded, signals.job_failed, signals.job_cancelled,
-                   signals.job_retrying, signals.job_snoozed):  # fmt: skip
+def only_our_outcome_listeners(monkeypatch):
+    """A process whose outcome-signal receivers and statistics listeners are those the test
+    connects (one another test left registered, such as realtime's, would add statements of
+    its own to the passes counted here), and with no flow-limited task, as a worker without
+    flow control: with one, every pass claims through the flow claim, in the pass's
+    transaction (a test module may register one at import)."""
+    for signal in OUTCOME_SIGNALS:
         monkeypatch.setattr(signal, "receivers", [])
         monkeypatch.setattr(signal, "sender_receivers_cache", {})
     monkeypatch.setattr(counters, "_listeners", [])
-    # Nor a task with limits or a fairness key (a test module may register one at import):
-    # with one, every pass claims through the flow claim, in the pass's transaction.
     monkeypatch.setattr("django_workqueue.flow.claimer.uses_flow_claim", lambda: False)
 
 
@@ -72,11 +73,31 @@ def _statements(captured: CaptureQueriesContext) -> list[str]:
     return [query["sql"] for query in captured.captured_queries]
 
 
+def _listen() -> tuple[list[tuple[Any, Any, dict[str, Any]]], list[tuple[list, Any]]]:
+    """Connect a receiver to every outcome signal and a statistics listener (both emptied
+    again by ``only_our_outcome_listeners``); returns what they hear: (signal, sender,
+    kwargs) for each signal sent, (outcomes, recorded) for each batch told."""
+    heard: list[tuple[Any, Any, dict[str, Any]]] = []
+    told: list[tuple[list, Any]] = []
+
+    def receiver(signal, sender, **kwargs) -> None:
+        heard.append((signal, sender, kwargs))
+
+    for signal in OUTCOME_SIGNALS:
+        signal.connect(receiver, weak=False)
+    counters.add_listener(lambda outcomes, recorded: told.append((list(outcomes), recorded)))
+    return heard, told
+
+
 @pytest.mark.postgres_only  # the one statement is PostgreSQL's
-def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch):
-    """The outcomes' write, their statistics and the claim: one statement, no BEGIN/COMMIT."""
+@pytest.mark.parametrize("listening", [False, True], ids=["alone", "signals and metrics on"])
+def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch, listening):
+    """The outcomes' write, their statistics and the claim: one statement, no BEGIN/COMMIT,
+    whoever listens (the django.tasks bridge, realtime, a worker's metrics): they hear of
+    the outcomes after it, as they would after the pass's transaction commits."""
     worker, first = _worker_with_outcomes(monkeypatch)
     following = [add.enqueue(i, 2) for i in range(3)]
+    heard, told = _listen() if listening else ([], [])
 
     with CaptureQueriesContext(connection) as captured:
         claimed = worker._tick()
@@ -88,6 +109,103 @@ def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch):
     assert worker.completer.pending == 0 and worker._inbox.qsize() == 3
     counted = StatsCounter.objects.filter(name="succeeded").values_list("count", flat=True)
     assert sum(counted) == 3
+    if listening:
+        assert [(s, k["job_id"]) for s, _, k in heard] == [
+            (signals.job_succeeded, job.pk) for job in first
+        ]
+        assert len(told) == 1 and len(told[0][1].written) == 3
+
+
+_KINDS = (OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED,
+          OutcomeKind.DISCARD, OutcomeKind.SUCCEEDED)  # fmt: skip
+
+
+def _ending(kinds: dict[int, OutcomeKind]):
+    def ending(job) -> Outcome:
+        kind = kinds[job.id]
+        discarded = kind == OutcomeKind.DISCARD
+        return Outcome(
+            job_id=job.id, attempt=job.attempt, kind=kind, max_attempts=job.max_attempts,
+            result_json="2" if kind == OutcomeKind.SUCCEEDED else None,
+            error={"type": "ValueError", "message": f"no {job.id}", "traceback": None}
+            if discarded else None, task_name=job.task_name, queue=job.queue,
+        )  # fmt: skip
+
+    return ending
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param("one statement", marks=pytest.mark.postgres_only), "transaction"]
+)
+def test_outcome_receivers_and_listeners_hear_the_same_on_both_paths(monkeypatch, path):
+    """A pass of plain endings: a success, a discard, a cancellation, a discard of a job
+    whose cancellation was requested while it ran (the row says cancelled), and a success
+    whose lease another worker holds now (the fence refuses it). Written in one statement
+    (PostgreSQL) or in the pass's transaction, every receiver hears the status each row took,
+    once and after the write, and nothing of the refused one; the statistics listener hears
+    the batch once, with what was written."""
+    jobs = [add.enqueue(i, 1) for i in range(len(_KINDS))]
+    worker = Worker(concurrency=len(jobs), poll_interval=3600)
+    monkeypatch.setattr(worker.maintainer, "run_if_due", lambda: False)
+    worker.claimer._next_stray_look = math.inf
+    assert worker._tick() == len(jobs)
+    kinds = {job.pk: kind for job, kind in zip(jobs, _KINDS, strict=True)}
+    handed = _hand_over(worker, _ending(kinds))
+    Job.objects.filter(pk=jobs[3].pk).update(cancel_requested_at=Now())
+    Job.objects.filter(pk=jobs[4].pk).update(lease_owner="another-worker")
+    heard, told = _listen()
+    seen: list[str] = []  # the row's status when its signal arrived
+    signals.job_succeeded.connect(lambda job_id, **_: seen.append(fresh_status(job_id)),
+                                  weak=False)  # fmt: skip
+    statements = []
+    if path == "transaction":
+        monkeypatch.setattr(worker, "_in_one_statement", lambda outcomes: False)
+    else:
+        one_statement = worker.driver.record_and_claim
+
+        def counted(*args, **kwargs):
+            statements.append(args)
+            return one_statement(*args, **kwargs)
+
+        monkeypatch.setattr(worker.driver, "record_and_claim", counted)
+
+    worker._tick()
+
+    assert len(statements) == (1 if path == "one statement" else 0)
+    assert sorted(handed) == sorted(job.pk for job in jobs)
+    task = find_task(jobs[0].task_name)
+    assert task is not None
+
+    def sent(signal, job, **more):
+        return (signal, task, {"job_id": job.pk, "task_name": job.task_name, "queue": "default",
+                               "attempt": 1, "worker_id": worker.id, **more})  # fmt: skip
+
+    error = {"type": "ValueError", "message": f"no {jobs[1].pk}", "traceback": None}
+    assert heard == [
+        sent(signals.job_succeeded, jobs[0]),
+        sent(signals.job_failed, jobs[1], error=error),
+        sent(signals.job_cancelled, jobs[2]),
+        sent(signals.job_cancelled, jobs[3]),
+    ]
+    assert seen == [Status.SUCCEEDED]  # written (and committed) when it was sent
+    assert len(told) == 1
+    outcomes, recorded = told[0]
+    assert sorted((o.job_id, o.kind) for o in outcomes) == sorted(
+        (job.pk, kind) for job, kind in zip(jobs, _KINDS, strict=True)
+    )
+    assert recorded.written == {(job.pk, 1) for job in jobs[:4]}
+    statuses = [Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.CANCELLED]
+    assert sorted((e.id, e.status) for e in recorded.ended) == [
+        (job.pk, status) for job, status in zip(jobs, statuses, strict=False)
+    ]
+    assert sorted((t.id, t.status) for t in recorded.timings) == [
+        (job.pk, status) for job, status in zip(jobs, statuses, strict=False)
+    ]
+    assert fresh(jobs[4]).status == Status.RUNNING  # the other worker's
+
+
+def fresh_status(job_id: int) -> str:
+    return Job.objects.values_list("status", flat=True).get(pk=job_id)
 
 
 def test_a_running_job_named_as_a_prerequisite_releases_its_dependent(monkeypatch):
@@ -202,12 +320,10 @@ def test_a_failing_statement_puts_the_outcomes_back_and_starts_nothing(monkeypat
     assert worker.completer.pending == 0 and worker._inbox.qsize() == 1
 
 
-@pytest.mark.parametrize("why", ["a retry", "a workflow's job", "a signal receiver"])
+@pytest.mark.parametrize("why", ["a retry", "a workflow's job"])
 def test_other_passes_keep_their_transaction(monkeypatch, why):
-    """A retry (it goes back in line and NOTIFYs), a workflow's job (release.py decides its
-    dependents) or a receiver of the outcome's signal: the pass's transaction, as before
-    (on SQLite every pass)."""
-    sent = []
+    """A retry (it goes back in line and NOTIFYs) or a workflow's job (release.py decides its
+    dependents): the pass's transaction, as before (on SQLite every pass)."""
     if why == "a workflow's job":
         chain(add.s(1, 1), add.s(2)).enqueue()
         worker = Worker(concurrency=1, poll_interval=3600)
@@ -215,29 +331,17 @@ def test_other_passes_keep_their_transaction(monkeypatch, why):
         assert worker._tick() == 1
         _hand_over(worker, _success)
     else:
-        worker, _ = _worker_with_outcomes(monkeypatch, _retry if why == "a retry" else _success)
-    if why == "a signal receiver":
-
-        @receiver(signals.job_succeeded, weak=False)
-        def heard(**kwargs) -> None:
-            sent.append(kwargs["job_id"])
-
+        worker, _ = _worker_with_outcomes(monkeypatch, _retry)
     add.enqueue(5, 5)  # for the claim
     monkeypatch.setattr(worker.driver, "record_and_claim", _never, raising=False)
 
-    try:
-        with CaptureQueriesContext(connection) as captured:
-            claimed = worker._tick()
-    finally:
-        if why == "a signal receiver":
-            signals.job_succeeded.disconnect(heard)
+    with CaptureQueriesContext(connection) as captured:
+        claimed = worker._tick()
 
     assert claimed >= 1
     assert worker.completer.pending == 0
     statements = _statements(captured)
     assert len(statements) >= 3, statements  # the write, the stats' upsert, the claim
-    if why == "a signal receiver":
-        assert len(sent) == 3
 
 
 def _never(*args, **kwargs):
@@ -331,18 +435,20 @@ def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
 
 @pytest.mark.postgres_only
 def test_the_duration_classes_in_sql_are_those_of_bucket():
-    """``width_bucket`` over ``histogram.lower_bounds()`` classes every duration as
-    ``bucket`` does, at each class's edge to the last bit of a float."""
+    """``width_bucket`` over ``histogram.lower_bounds()`` where the duration is >= 0 (the one
+    statement's classing) classes every duration as ``counters.duration_class`` does: by
+    ``bucket``, at each class's edge to the last bit of a float, and none below 0."""
     bounds = list(histogram.lower_bounds())
-    values = [0.0, 0.0005]
+    values = [-1.0, -0.0005, 0.0, 0.0005]
     for edge in bounds:
         values += [edge, math.nextafter(edge, 0.0), math.nextafter(edge, math.inf)]
     values.append(10.0**9)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT width_bucket(d, %s::float8[]) FROM unnest(%s::float8[]) WITH ORDINALITY "
-            "AS u(d, n) ORDER BY n",
+            "SELECT CASE WHEN d >= 0 THEN width_bucket(d, %s::float8[]) END "
+            "FROM unnest(%s::float8[]) WITH ORDINALITY AS u(d, n) ORDER BY n",
             [bounds, values],
         )
         in_sql = [row[0] for row in cursor.fetchall()]
-    assert in_sql == [histogram.bucket(value) for value in values]
+    assert in_sql == [counters.duration_class(value) for value in values]
+    assert in_sql[2:] == [histogram.bucket(value) for value in values[2:]]
