@@ -34,7 +34,7 @@ from django.db.models import (
 from django.db.models.functions import Now
 
 from ..models import IdempotencyClaim, Job, Queue, StatsCounter
-from ..outcomes import Outcome
+from ..outcomes import Outcome, OutcomeKind
 from ..states import ACTIVE, AWAITING_PREREQUISITES, Status, transition
 
 
@@ -555,6 +555,28 @@ class Driver(abc.ABC):
         began goes back uncharged if its worker dies, and a job that killed its worker before
         the database learned it began is never claimed ahead again, so its next crash is
         charged (a poison pill still ends in the dead-letter queue)."""
+
+    def leased_to(self, owner: str) -> list[Outcome]:
+        """The jobs ``owner`` holds a lease on (``running``, leased to it), each as the
+        release that would give it back to ready uncharged (``OutcomeKind.RELEASE``, its
+        budgets as the row has them): what a worker compares with the jobs it knows it holds
+        after a lost connection (``worker/unheld.py``). Rare, so the ORM's query."""
+        rows = (
+            Job.objects.using(self.alias)
+            .filter(status=Status.RUNNING, lease_owner=owner)
+            .order_by("id")
+            .values_list(
+                "id", "attempt", "max_attempts", "attempts_charged", "crashes_charged",
+                "task_name", "queue",
+            )
+        )  # fmt: skip
+        return [
+            Outcome(
+                job_id=pk, attempt=attempt, kind=OutcomeKind.RELEASE, max_attempts=max_attempts,
+                attempts_charged=charged, crashes_charged=crashes, task_name=task, queue=queue,
+            )
+            for pk, attempt, max_attempts, charged, crashes, task, queue in rows
+        ]  # fmt: skip
 
     @abc.abstractmethod
     def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:

@@ -66,7 +66,7 @@ from ..models import Job
 from ..states import Status
 from ..stats import counters as stats_counters
 from ..workflow import release
-from . import shutdown
+from . import shutdown, unheld
 from .ahead import AheadBuffer
 from .batch import Batch, Batches
 from .completer import Completer
@@ -170,6 +170,9 @@ class Worker:
         )  # fmt: skip
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
+        # A connection was lost since the jobs leased to this worker were last compared with
+        # its ledger: a claim may have committed with its answer lost (unheld.py).
+        self._unheld_possible = False
         self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
         self._in_transaction_next = False  # a one-statement pass kept outcomes back
         self.misconfigured: str | None = None
@@ -346,8 +349,8 @@ class Worker:
             if self._claim_first
             else (self._maintain, self._write_and_claim)
         )
-        steps = (self._ensure_session, self._heartbeat, self._write_progress, *passes,
-                 self._scale)  # fmt: skip
+        steps = (self._ensure_session, self._give_back_unheld, self._heartbeat,
+                 self._write_progress, *passes, self._scale)  # fmt: skip
         for step in steps:
             try:
                 result = step()
@@ -375,6 +378,7 @@ class Worker:
         lost = is_connection_error(self.driver, exc)
         self._error_backoff = min(max(self._error_backoff * 2, 0.1), _MAX_ERROR_BACKOFF)
         if lost:
+            self._unheld_possible = True
             connections[self.alias].close()
             self._db_generation += 1  # slots check their own connections before their next job
             self._connection_lost = True
@@ -412,6 +416,14 @@ class Worker:
         if not self.registration.registered:
             self.registration.register()
         self.registration.declare_liveness()
+
+    def _give_back_unheld(self) -> None:
+        """After a lost connection, before this pass claims: give back the jobs leased to this
+        worker by a claim whose answer was lost with the connection (unheld.py)."""
+        if self._unheld_possible:
+            self._unheld_possible = not unheld.give_back_unheld(self.driver, self.id, self.ledger)
+            if not self._unheld_possible:
+                self.planner.poll_now = True  # what was given back is ready: claim it
 
     def _liveness(self) -> LivenessToken | None:
         """The liveness token this process holds now: its LISTEN session's key (PostgreSQL),

@@ -16,6 +16,7 @@ import pytest
 from django.db import OperationalError, connection, connections
 
 from django_workqueue import operations
+from django_workqueue.db import driver_for
 from django_workqueue.exceptions import PayloadNotJSON
 from django_workqueue.models import Job
 from testproject.testapp.tasks import add, record, sleep_for
@@ -133,6 +134,43 @@ def test_dropped_connections_do_not_charge_the_next_jobs(background_worker):
     wait_until(lambda: all(fresh(job).status != "ready" for job in jobs), timeout=30)
     wait_until(lambda: all(fresh(job).status == "succeeded" for job in jobs), timeout=30)
     assert worker.finished_count >= 10
+
+
+def test_jobs_a_claim_leased_with_its_answer_lost_go_back_uncharged_after_the_reconnect(
+    background_worker,
+):
+    """A claim that commits while its answer is lost with the connection leases jobs to a
+    worker that never learns of them: once reconnected, the worker gives them back to ready at
+    once, uncharged (their bodies never began), instead of leaving them to expire and be
+    reaped a lease later with a crash charged. A job it does hold is left running."""
+    worker = background_worker(concurrency=1, queues=["default"], poll_interval=0.05)
+    held = sleep_for.enqueue(3)
+    wait_until(lambda: fresh(held).status == "running", timeout=20)
+    lost = record.using(queue="mail").enqueue("never seen")  # a queue this worker does not serve
+    # What the lost claim did: committed on the server, its answer never reached the worker.
+    driver = driver_for(worker.alias)
+    assert [job.id for job in driver.claim(["mail"], 1, worker.id)] == [lost.id]
+    failing = True
+    ensure_session = worker._ensure_session
+
+    def reconnecting() -> None:  # the lost answer surfaced as the connection's error
+        nonlocal failing
+        if failing:
+            failing = False
+            raise OperationalError("server closed the connection unexpectedly")
+        ensure_session()
+
+    worker._ensure_session = reconnecting
+    # Well within the job's 60 s lease: only a give-back, not the reaper, can do it.
+    wait_until(lambda: fresh(lost).status == "ready", timeout=10, message="given back")
+    lost = fresh(lost)
+    assert (lost.lease_owner, lost.attempts_charged, lost.crashes_charged) == (None, 0, 0)
+    held_now = fresh(held)
+    assert (held_now.status, held_now.lease_owner, held_now.attempt) == (
+        "running", worker.id, 1,
+    )  # fmt: skip
+    wait_until(lambda: fresh(held).status == "succeeded", timeout=30)
+    assert fresh(held).crashes_charged == 0
 
 
 def test_a_lost_connection_is_retried_at_the_backoff_pace(background_worker):
