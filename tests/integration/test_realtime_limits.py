@@ -11,7 +11,6 @@ from asgiref.sync import async_to_sync
 from channels.auth import AuthMiddlewareStack
 from channels.layers import get_channel_layer
 from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 from django.urls import path
 
 from django_workqueue.realtime import messages
@@ -25,7 +24,13 @@ from django_workqueue.realtime.events import EVENT_TYPE
 from tests.support.factories import JobFactory
 from tests.support.settings import workqueue_settings
 from tests.support.users import VIEWER, user_with
-from tests.support.websockets import closed_with, communicator, receive, session_cookie
+from tests.support.websockets import (
+    Communicator,
+    closed_with,
+    communicator,
+    receive,
+    session_cookie,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,7 +120,7 @@ def test_a_slow_client_gets_the_latest_progress_not_a_backlog(viewer: bytes) -> 
 
     async def scenario() -> None:
         SlowJobConsumer.gate = asyncio.Event()
-        socket = WebsocketCommunicator(
+        socket = Communicator(
             application, f"/ws/workqueue/jobs/{job.pk}/", headers=[(b"cookie", viewer)]
         )
         assert (await socket.connect())[0]

@@ -7,14 +7,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import override_settings
 
 from django_workqueue.realtime.origins import allowed_origins
 from tests.support.factories import JobFactory
 from tests.support.users import VIEWER, user_with
-from tests.support.websockets import session_cookie
+from tests.support.websockets import Communicator, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_passwords")]
 
@@ -29,7 +28,7 @@ def opened(origin: bytes, host: bytes = b"testserver", scheme: str = "ws") -> bo
 
     async def scenario() -> bool:
         headers = [(b"origin", origin), (b"host", host), (b"cookie", cookie)]
-        socket = WebsocketCommunicator(application, f"/ws/workqueue/jobs/{job.pk}/", headers)
+        socket = Communicator(application, f"/ws/workqueue/jobs/{job.pk}/", headers)
         socket.scope["scheme"] = scheme
         connected, _ = await socket.connect()
         await socket.disconnect()
@@ -88,7 +87,7 @@ def test_a_missing_origin_is_refused() -> None:
 
     async def scenario() -> bool:
         headers = [(b"host", b"testserver")]
-        socket = WebsocketCommunicator(application, f"/ws/workqueue/jobs/{job.pk}/", headers)
+        socket = Communicator(application, f"/ws/workqueue/jobs/{job.pk}/", headers)
         connected, _ = await socket.connect()
         await socket.disconnect()
         return connected
