@@ -360,10 +360,12 @@ class SQLiteDriver(Driver):
             if count > 0
             else "NULL"
         )
-        # MATERIALIZED: each walked key's task and count are read once, not once for every
-        # expression of the look that names them.
+        # With the look, MATERIALIZED: each walked key's task is read once, not once for
+        # every expression naming it (without, it is named once, and a table of the walked
+        # rows costs more than it saves).
         walked = (
-            f"walked AS MATERIALIZED (SELECT w.queue, w.key, (SELECT task_name "
+            f"walked AS {'MATERIALIZED ' if look is not None else ''}(SELECT w.queue, w.key, "
+            f"(SELECT task_name "
             f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task, "
             f"{counted} AS ready FROM walk AS w WHERE w.key IS NOT NULL)"
         )
