@@ -71,7 +71,9 @@ def null_driver(base: Any, jobs: int, queue: str = "default") -> Any:
         def batch_backlog(self, groups: Sequence[Any], now: Any = None) -> dict[Any, Any]:
             return {}  # the bench's settings register the test project's batch tasks
 
-        def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[Any]:
+        def flow_keys(
+            self, queues: Sequence[str], after: str, limit: int, *, count: int = 0
+        ) -> list[Any]:
             return []
 
         def record_many(self, owner: str, outcomes: Sequence[Any], *, skip_locked: bool = False):  # type: ignore[no-untyped-def]

@@ -236,6 +236,9 @@ class FlowGroup:
     key: str
     task_name: str
     """The task of the key's first ready job (a limit key belongs to one task)."""
+    ready: int | None = None
+    """The group's ready jobs, counted up to the walk's ``count`` (None: not counted; a
+    driver counts where that is cheap within the walk, SQLite's does)."""
 
 
 class FlowHold:
@@ -585,13 +588,16 @@ class Driver(abc.ABC):
         a row another session holds (db/locking.py: such a row is skipped, and the caller
         tries it again on its next pass). Returns the ids written."""
 
-    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+    def flow_keys(
+        self, queues: Sequence[str], after: str, limit: int, *, count: int = 0
+    ) -> list[FlowGroup]:
         """Up to ``limit`` flow keys with ready jobs in the unpaused
         ``queues``: those after ``after`` in key order first, then from the first key on
         (round-robin from a cursor). Each key costs one index probe, however many jobs and
         keys there are (a skip scan of ``wq_job_flow``). The generic version walks with one
         query per key, fine for an embedded database; a server overrides it with one
-        statement."""
+        statement. ``count``: a driver may count each group's ready jobs up to it
+        (``FlowGroup.ready``); this version does not."""
         paused = set(
             Queue.objects.using(self.alias)
             .filter(name__in=list(queues), paused_at__isnull=False)
@@ -648,12 +654,14 @@ class Driver(abc.ABC):
         limit: int,
         limited: Mapping[str, bool],
         prefix: str,
+        *,
+        count: int = 0,
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
-        """``flow_keys``, then ``lock_flow_limits`` of the walked keys that start with
-        ``prefix`` and whose task is in ``limited`` (task name: whether its running jobs are
-        counted), inside ``hold``. The generic version walks outside the transaction and
-        begins it only when there are rows to lock."""
-        walked = self.flow_keys(queues, after, limit)
+        """``flow_keys`` (``count`` as there), then ``lock_flow_limits`` of the walked keys
+        that start with ``prefix`` and whose task is in ``limited`` (task name: whether its
+        running jobs are counted), inside ``hold``. The generic version walks outside the
+        transaction and begins it only when there are rows to lock."""
+        walked = self.flow_keys(queues, after, limit, count=count)
         keys = {g.key: limited[g.task_name] for g in walked
                 if g.task_name in limited and g.key.startswith(prefix)}  # fmt: skip
         if not keys:

@@ -593,7 +593,9 @@ class PostgresDriver(Driver):
                                   "after": after, "first": ""}  # fmt: skip
         return sql, walked, params
 
-    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+    def flow_keys(
+        self, queues: Sequence[str], after: str, limit: int, *, count: int = 0
+    ) -> list[FlowGroup]:
         walks, walked, params = self._flow_walk(queues, after, limit)
         rows = self._fetch_in_index_order(f"{walks} {walked}", params)
         return [FlowGroup(*row) for row in rows]
@@ -606,6 +608,8 @@ class PostgresDriver(Driver):
         limit: int,
         limited: Mapping[str, bool],
         prefix: str,
+        *,
+        count: int = 0,
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
         if getattr(self.connection, _HOLD, None) is not hold:  # the generic atomic block
             return super().walk_flow_limits(hold, queues, after, limit, limited, prefix)
@@ -631,7 +635,7 @@ class PostgresDriver(Driver):
         )
         # An empty walk may never read `stash`: the setting is then unset, or empty, or a
         # previous claim's in this transaction; only the keys locked now are read from it.
-        count = self._count_running(
+        running_count = self._count_running(
             f"jsonb_array_elements_text(COALESCE(NULLIF(current_setting('{_COUNTED}', true), "
             f"''), '[]')::jsonb)"
         )
@@ -640,7 +644,7 @@ class PostgresDriver(Driver):
             prefix=prefix,
         )  # fmt: skip
         with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
-            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, count)
+            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, running_count)
             cursor.execute("; ".join(statements), params)
             for _ in range(len(begin) + 2):
                 cursor.nextset()

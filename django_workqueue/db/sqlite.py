@@ -238,16 +238,18 @@ class SQLiteDriver(Driver):
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
-    def flow_keys(self, queues: Sequence[str], after: str, limit: int) -> list[FlowGroup]:
+    def flow_keys(
+        self, queues: Sequence[str], after: str, limit: int, *, count: int = 0
+    ) -> list[FlowGroup]:
         # The generic walk's skip scan of wq_job_flow, each walk in one statement (a recursive
         # CTE, one index probe per key): from the cursor on, then, only when that came short,
         # from the first key up to the cursor. Keys compare as the index orders them (BINARY:
         # UTF-8 bytes, the order of Python's str); with several queues, the keys of all in
         # (key, queue) order.
-        ahead = self._walk_keys(queues, after, None, limit)
+        ahead = self._walk_keys(queues, after, None, limit, count)
         if len(ahead) < limit and after:
-            ahead += self._walk_keys(queues, "", after, limit)[: limit - len(ahead)]
-        return [FlowGroup(queue, key, task) for queue, key, task in ahead]
+            ahead += self._walk_keys(queues, "", after, limit, count)[: limit - len(ahead)]
+        return [FlowGroup(queue, key, task, ready) for queue, key, task, ready in ahead]
 
     def walk_flow_limits(
         self,
@@ -257,6 +259,8 @@ class SQLiteDriver(Driver):
         limit: int,
         limited: Mapping[str, bool],
         prefix: str,
+        *,
+        count: int = 0,
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
         # One statement walks the keys, reads the limit keys' rows and counts their running
         # jobs, inside the claim's transaction, begun first: BEGIN IMMEDIATE takes the
@@ -273,12 +277,12 @@ class SQLiteDriver(Driver):
         counted = [name for name, counts in limited.items() if counts]
         look = {"limited": json.dumps(list(limited)), "counted": json.dumps(counted),
                 "prefix": prefix}  # fmt: skip
-        rows = self._walk_keys(queues, after, None, limit, look)
+        rows = self._walk_keys(queues, after, None, limit, count, look)
         if len(rows) < limit and after:
-            rows += self._walk_keys(queues, "", after, limit, look)[: limit - len(rows)]
+            rows += self._walk_keys(queues, "", after, limit, count, look)[: limit - len(rows)]
         locked = {key: (json.loads(starts) if starts else [], int(running))
-                  for _, key, _, is_limit, starts, running in rows if is_limit}  # fmt: skip
-        return [FlowGroup(queue, key, task) for queue, key, task, *_ in rows], locked
+                  for _, key, _, _, is_limit, starts, running in rows if is_limit}  # fmt: skip
+        return [FlowGroup(*row[:4]) for row in rows], locked
 
     def lock_flow_limits(
         self, keys: Sequence[str], counted: Collection[str]
@@ -301,9 +305,12 @@ class SQLiteDriver(Driver):
         return {key: (json.loads(starts) if starts else [], int(n)) for key, starts, n in rows}
 
     def _running(self, key: str) -> str:
-        """The running jobs of the flow key ``key`` (an SQL expression), on wq_job_flow_running."""
+        """The running jobs of the flow key ``key`` (an SQL expression), on wq_job_flow_running
+        (named: without statistics SQLite would read every running job through the index on
+        status, and test each one's key)."""
         return (
-            f"(SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"(SELECT count(*) FROM {self.table} AS j INDEXED BY wq_job_flow_running "
+            f"WHERE j.status = 'running' "
             f"AND j.flow_key IS NOT NULL AND j.flow_key = {key})"
         )
 
@@ -330,11 +337,13 @@ class SQLiteDriver(Driver):
         low: str,
         high: str | None,
         limit: int,
+        count: int = 0,
         look: Mapping[str, str] | None = None,
     ) -> list[Any]:
-        """The walk's rows (queue, key, task); with ``look`` (``walk_flow_limits``) each also
-        says whether it is a limit key, and has the key's limit row's starts (None: no row)
-        and its running jobs (counted for tasks with ``concurrency=`` only)."""
+        """The walk's rows (queue, key, task, ready jobs counted up to ``count``, or None if
+        ``count`` is 0); with ``look`` (``walk_flow_limits``) each also says whether it is a
+        limit key, and has the key's limit row's starts (None: no row) and its running jobs
+        (counted for tasks with ``concurrency=`` only)."""
         if not queues or limit <= 0:
             return []
         ready = (
@@ -344,19 +353,31 @@ class SQLiteDriver(Driver):
         bound = "" if high is None else " AND flow_key <= :high"
         step = f"SELECT flow_key {ready} AND flow_key > {{low}}{bound} ORDER BY flow_key LIMIT 1"
         served = " UNION ALL ".join(f"SELECT :q{i}" for i in range(len(queues)))
-        walked = (
-            f"SELECT w.queue, w.key, (SELECT task_name "
-            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task "
-            f"FROM walk AS w WHERE w.key IS NOT NULL"
+        # The count reads at most `count` entries of the key's (covering) index range.
+        counted = (
+            f"(SELECT count(*) FROM (SELECT 1 {ready.format(queue='w.queue')} "
+            f"AND flow_key = w.key LIMIT :count))"
+            if count > 0
+            else "NULL"
         )
+        # With the look, MATERIALIZED: each walked key's task is read once, not once for
+        # every expression naming it (without, it is named once, and a table of the walked
+        # rows costs more than it saves).
+        walked = (
+            f"walked AS {'MATERIALIZED ' if look is not None else ''}(SELECT w.queue, w.key, "
+            f"(SELECT task_name "
+            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task, "
+            f"{counted} AS ready FROM walk AS w WHERE w.key IS NOT NULL)"
+        )
+        select = "SELECT queue, key, task, ready FROM walked"
         if look is not None:
             limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
-            walked = (
-                f"SELECT g.queue, g.key, g.task, g.is_limit, l.starts, CASE WHEN g.is_limit "
-                f"AND g.task IN (SELECT value FROM json_each(:counted)) "
+            select = (
+                f"SELECT g.queue, g.key, g.task, g.ready, g.is_limit, l.starts, CASE WHEN "
+                f"g.is_limit AND g.task IN (SELECT value FROM json_each(:counted)) "
                 f"THEN {self._running('g.key')} ELSE 0 END "
                 f"FROM (SELECT *, task IN (SELECT value FROM json_each(:limited)) "
-                f"AND substr(key, 1, length(:prefix)) = :prefix AS is_limit FROM ({walked})) AS g "
+                f"AND substr(key, 1, length(:prefix)) = :prefix AS is_limit FROM walked) AS g "
                 f"LEFT JOIN {limits} AS l ON g.is_limit AND l.key = g.key"
             )
         sql = (
@@ -365,9 +386,11 @@ class SQLiteDriver(Driver):
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = s.name AND p.paused_at IS NOT NULL) "
             f"UNION ALL SELECT w.queue, ({step.format(queue='w.queue', low='w.key')}), w.n + 1 "
-            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit) {walked}"
+            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit), {walked} {select}"
         )
         params: dict[str, Any] = {"low": low, "high": high, "limit": limit, **(look or {})}
+        if count > 0:
+            params["count"] = count
         params.update((f"q{i}", queue) for i, queue in enumerate(queues))
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -381,26 +404,41 @@ class SQLiteDriver(Driver):
         if not picks:
             return []
         # One bounded subquery per key, walking wq_job_flow in that key's claim order; the
-        # rounds (every key's first job, then every key's second...) make the order.
+        # rounds (every key's first job, then every key's second...) make the order. When the
+        # takes add up to no more than the limit (the claimer gave each key its share of the
+        # rounds), every job picked is claimed, and the rounds need no ranking here: a window
+        # function per key costs more than the rest of the claim.
+        ranked = sum(pick.take for pick in picks) > limit
         per_key = [
-            f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
-            f":t{i} AS turn FROM (SELECT id, priority, run_after FROM {self.table} "
+            (
+                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
+                f":t{i} AS turn FROM "
+                if ranked
+                else "SELECT id FROM "
+            )
+            + f"(SELECT id, priority, run_after FROM {self.table} "
             f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
             f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
             f"ORDER BY priority DESC, run_after, id LIMIT :n{i})"
             for i in range(len(picks))
         ]
+        picked = (
+            f"SELECT id FROM (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
+            f"ORDER BY round, turn LIMIT :limit)"
+            if ranked
+            else " UNION ALL ".join(per_key)
+        )
         sql = (
-            f"WITH picked AS (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
-            f"ORDER BY round, turn LIMIT :limit) "
-            f"UPDATE {self.table} SET {_LEASE} "
-            f"WHERE id IN (SELECT id FROM picked) AND +status = 'ready' "
+            f"UPDATE {self.table} SET {_LEASE} WHERE id IN ({picked}) AND +status = 'ready' "
             f"RETURNING {_CLAIMED}, flow_key"
         )
-        params: dict[str, Any] = {"now": self._now_param(now), "limit": limit, "owner": owner}
+        params: dict[str, Any] = {"now": self._now_param(now), "owner": owner}
+        if ranked:
+            params["limit"] = limit
         for i, pick in enumerate(picks):
-            params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take,
-                           f"t{i}": pick.turn})  # fmt: skip
+            params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take})
+            if ranked:
+                params[f"t{i}"] = pick.turn
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

@@ -14,7 +14,9 @@ the plain one. Each call:
    under the write lock BEGIN IMMEDIATE took first, which serialises every claimer (no row
    locks there: a key's row is made only for a rate's starts);
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
-   then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10;
+   then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
+   Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
+   of the rounds first (``_shares``), and the claim needs no ranking;
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
 
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
@@ -75,13 +77,13 @@ class FlowClaimer:
             # round trip, BEGIN included).
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
-                    hold, queues, self.cursor, steps, limited, LIMIT
+                    hold, queues, self.cursor, steps, limited, LIMIT, count=limit
                 )
                 jobs = self._claim_walked(walked, limit, now, hold, locked)
         else:
             # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
             # takes no transaction and carries no lock; limit keys it meets are locked after.
-            walked = self.driver.flow_keys(queues, self.cursor, steps)
+            walked = self.driver.flow_keys(queues, self.cursor, steps, count=limit)
             with self.driver.flow_limits_held() as hold:
                 jobs = self._claim_walked(walked, limit, now, hold)
         self._limits_met = any(
@@ -141,7 +143,18 @@ class FlowClaimer:
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn))
-        jobs = self.driver.claim_flow(picks, limit, self.owner, now)
+        shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
+        jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
+        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
+            # Fewer jobs than the walk counted: another worker claimed some since (or some
+            # are not due yet). The rest of the rounds, as the claim would have taken them.
+            got = Counter((job.queue, job.flow_key) for job in jobs)
+            rest = [
+                FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn)
+                for p in picks
+                if p.take > got[(p.queue, p.key)]
+            ]
+            jobs += self.driver.claim_flow(rest, limit - len(jobs), self.owner, now)
         if bound and not self.held:
             # A key that filled its room may have more ready jobs behind it, which start when
             # one of its running jobs ends, on any worker: that is announced by nothing.
@@ -243,6 +256,33 @@ def _limited(group: FlowGroup) -> TaskSpec | None:
     if task is None or (task.spec.concurrency is None and task.spec.rate is None):
         return None
     return task.spec
+
+
+def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[FlowPick]:
+    """The picks with each take cut to the jobs the claim's rounds give it (every key's first
+    job in turn, then every key's second…, up to ``limit``), from the ready jobs the walk
+    counted for each (up to ``limit``): their takes then add up to what the claim takes, and
+    it needs no ranking. Empty if the walk counted none (or found none of them ready)."""
+    if not picks or any(n is None for n in ready):
+        return []
+    have = [min(pick.take, n or 0) for pick, n in zip(picks, ready, strict=True)]
+    given = [0] * len(picks)
+    total = 0
+    for round_ in range(1, limit + 1):
+        before = total
+        for i, n in enumerate(have):
+            if total == limit:
+                break
+            if n >= round_:
+                given[i] += 1
+                total += 1
+        if total in (before, limit):
+            break
+    return [
+        FlowPick(pick.queue, pick.key, n, pick.turn)
+        for pick, n in zip(picks, given, strict=True)
+        if n
+    ]
 
 
 def _recent(starts: list[list[float]], clock: float, period: float) -> list[list[float]]:

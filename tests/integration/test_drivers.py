@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_workqueue.db import Outcome, OutcomeKind, Progress, driver_for
@@ -581,3 +581,18 @@ def test_flow_keys_walk_ready_keys_from_the_cursor_then_wrap_around():
         ("default", "k5", "t.five"), ("mail", "k2", "t.two"), ("mail", "k6", "t.six"),
     ]  # fmt: skip
     assert walk(["reports"], "", 5) == []
+
+
+def test_flow_keys_count_each_groups_ready_jobs_up_to_count_where_the_driver_counts():
+    JobFactory.create_batch(3, queue="default", flow_key="k1", task_name="t.one")
+    JobFactory.create_batch(1, queue="default", flow_key="k2", task_name="t.two")
+    JobFactory(queue="default", flow_key="k2", running=True)  # not ready: not counted
+
+    walked = {g.key: g.ready for g in driver().flow_keys(["default"], "", 5, count=2)}
+    uncounted = {g.key: g.ready for g in driver().flow_keys(["default"], "", 5)}
+
+    # SQLite counts within its walk; PostgreSQL does not count (its claim ranks the rounds).
+    assert walked == (
+        {"k1": 2, "k2": 1} if connection.vendor == "sqlite" else {"k1": None, "k2": None}
+    )
+    assert uncounted == {"k1": None, "k2": None}

@@ -161,6 +161,38 @@ class TestFairness:
 
         assert [job.args[0] for job in claimed] == ["x", "y", "z"] * 2 + ["x"]
 
+    def test_rounds_shared_unevenly_give_the_smaller_tenants_all_they_have(self):
+        # The walk's counts (where a driver counts) cut each key's take to its share of the
+        # rounds: a tenant with fewer jobs than rounds gives what it has, the others fill in.
+        for tenant, n in (("x", 1), ("y", 4), ("z", 2)):
+            tasks.tenant_work.enqueue_many([((tenant,), {"n": i}) for i in range(n)])
+
+        claimed = claimer().claim(["default"], 6)
+
+        assert [job.args[0] for job in claimed] == ["x", "y", "z", "y", "z", "y"]
+
+    def test_jobs_another_worker_took_after_the_walk_are_made_up_from_the_next_rounds(
+        self, monkeypatch
+    ):
+        # Between the walk and the claim (no transaction without limits) another worker
+        # claims the first tenant's jobs: the claim still fills from the others, in rounds.
+        for tenant in ("x", "y", "z"):
+            tasks.tenant_work.enqueue_many([((tenant,), {"n": n}) for n in range(3)])
+        flow = claimer("a")
+        flow._limits_met = False  # the last walk met no limit key: this one walks alone
+        walk = flow.driver.flow_keys
+
+        def walk_then_lose_x(*args, **kwargs):
+            walked = walk(*args, **kwargs)
+            Job.objects.filter(args__0="x").update(status="running", lease_owner="b")
+            return walked
+
+        monkeypatch.setattr(flow.driver, "flow_keys", walk_then_lose_x)
+
+        claimed = flow.claim(["default"], 4)
+
+        assert sorted(job.args[0] for job in claimed) == ["y", "y", "z", "z"]
+
     def test_within_a_tenant_priority_orders_its_jobs(self):
         tasks.tenant_work.enqueue_many([(("x",), {"n": n}) for n in range(3)])
         urgent = tasks.tenant_work.using(priority=9).enqueue("x", n=99)
