@@ -559,14 +559,16 @@ class Driver(abc.ABC):
         the database learned it began is never claimed ahead again, so its next crash is
         charged (a poison pill still ends in the dead-letter queue)."""
 
-    def leased_to(self, owner: str) -> list[Outcome]:
-        """The jobs ``owner`` holds a lease on (``running``, leased to it), each as the
-        release that would give it back to ready uncharged (``OutcomeKind.RELEASE``, its
-        budgets as the row has them): what a worker compares with the jobs it knows it holds
-        after a lost connection (``worker/unheld.py``). Rare, so the ORM's query."""
+    def leased_to(self, owner: str, since: datetime) -> list[Outcome]:
+        """The jobs ``owner`` holds a lease on (``running``, leased to it) by a claim made at
+        ``since`` or later (the database's clock: a process's own claims, not those of an
+        earlier process that used the same worker id), each as the release that would give it
+        back to ready uncharged (``OutcomeKind.RELEASE``, its budgets as the row has them):
+        what a worker compares with the jobs it knows it holds after a lost connection
+        (``worker/unheld.py``). Rare, so the ORM's query."""
         rows = (
             Job.objects.using(self.alias)
-            .filter(status=Status.RUNNING, lease_owner=owner)
+            .filter(status=Status.RUNNING, lease_owner=owner, started_at__gte=since)
             .order_by("id")
             .values_list(
                 "id", "attempt", "max_attempts", "attempts_charged", "crashes_charged",

@@ -173,6 +173,7 @@ class Worker:
         # A connection was lost since the jobs leased to this worker were last compared with
         # its ledger: a claim may have committed with its answer lost (unheld.py).
         self._unheld_possible = False
+        self._claims_since: dt.datetime | None = None  # the database's clock before any claim
         self._starts: list[Callable[[], None]] | None = None  # the pass's claims, to start
         self._in_transaction_next = False  # a one-statement pass kept outcomes back
         self.misconfigured: str | None = None
@@ -413,6 +414,8 @@ class Worker:
             # Named here too: the connection may predate run() (runworker's check of the tables).
             self.driver.name_session(self.session_name, connection)
             self._session = connection.connection
+        if self._claims_since is None:  # before this process's first claim (unheld.py)
+            self._claims_since = self.driver.now()
         if not self.registration.registered:
             self.registration.register()
         self.registration.declare_liveness()
@@ -420,8 +423,10 @@ class Worker:
     def _give_back_unheld(self) -> None:
         """After a lost connection, before this pass claims: give back the jobs leased to this
         worker by a claim whose answer was lost with the connection (unheld.py)."""
-        if self._unheld_possible:
-            self._unheld_possible = not unheld.give_back_unheld(self.driver, self.id, self.ledger)
+        if self._unheld_possible and self._claims_since is not None:
+            self._unheld_possible = not unheld.give_back_unheld(
+                self.driver, self.id, self.ledger, self._claims_since
+            )
             if not self._unheld_possible:
                 self.planner.poll_now = True  # what was given back is ready: claim it
 

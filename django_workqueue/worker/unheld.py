@@ -17,6 +17,7 @@ worker write: a row reaped and claimed again by anyone since is not touched.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from ..db import Driver
 from ..workflow import release
@@ -25,11 +26,14 @@ from .ledger import Ledger
 logger = logging.getLogger("django_workqueue.worker")
 
 
-def give_back_unheld(driver: Driver, owner: str, ledger: Ledger) -> bool:
-    """Give back to ready, uncharged, the jobs leased to ``owner`` that ``ledger`` does not
-    hold (one query, and one write if there are any); return whether none is left (a row
-    another session holds locked is skipped, and tried again on the next call)."""
-    leased = driver.leased_to(owner)
+def give_back_unheld(driver: Driver, owner: str, ledger: Ledger, since: datetime) -> bool:
+    """Give back to ready, uncharged, the jobs leased to ``owner`` by claims made at
+    ``since`` or later (this process's: the database's clock when it first connected) that
+    ``ledger`` does not hold (one query, and one write if there are any); return whether none
+    is left (a row another session holds locked is skipped, and tried again on the next
+    call). A job an earlier process of the same worker id left running may have begun: it
+    is the reaper's, which charges its crash."""
+    leased = driver.leased_to(owner, since)
     if not leased:
         return True
     with ledger.lock:

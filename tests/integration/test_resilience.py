@@ -142,13 +142,19 @@ def test_jobs_a_claim_leased_with_its_answer_lost_go_back_uncharged_after_the_re
     """A claim that commits while its answer is lost with the connection leases jobs to a
     worker that never learns of them: once reconnected, the worker gives them back to ready at
     once, uncharged (their bodies never began), instead of leaving them to expire and be
-    reaped a lease later with a crash charged. A job it does hold is left running."""
-    worker = background_worker(concurrency=1, queues=["default"], poll_interval=0.05)
+    reaped a lease later with a crash charged. A job it does hold is left running, and so is
+    one an earlier process of the same worker id left (its body may have begun: the reaper's,
+    with its crash charged)."""
+    earlier = record.using(queue="mail").enqueue("an earlier process's")
+    driver = driver_for("default")
+    assert [job.id for job in driver.claim(["mail"], 1, "same-id")] == [earlier.id]
+    worker = background_worker(
+        concurrency=1, queues=["default"], poll_interval=0.05, worker_id="same-id"
+    )
     held = sleep_for.enqueue(3)
     wait_until(lambda: fresh(held).status == "running", timeout=20)
     lost = record.using(queue="mail").enqueue("never seen")  # a queue this worker does not serve
     # What the lost claim did: committed on the server, its answer never reached the worker.
-    driver = driver_for(worker.alias)
     assert [job.id for job in driver.claim(["mail"], 1, worker.id)] == [lost.id]
     failing = True
     ensure_session = worker._ensure_session
@@ -169,6 +175,7 @@ def test_jobs_a_claim_leased_with_its_answer_lost_go_back_uncharged_after_the_re
     assert (held_now.status, held_now.lease_owner, held_now.attempt) == (
         "running", worker.id, 1,
     )  # fmt: skip
+    assert (fresh(earlier).status, fresh(earlier).lease_owner) == ("running", "same-id")
     wait_until(lambda: fresh(held).status == "succeeded", timeout=30)
     assert fresh(held).crashes_charged == 0
 
