@@ -11,7 +11,11 @@ worker has run the same number of them (about 30 s). A service on a longer inter
 a window once more or less, whatever its phase: retention (once a minute: one pass is three
 statements of one shape, a delete per final status), the fallback poll (every 60-90 s), and
 the statements every maintenance transaction begins with (the lock timeout, one per pass of
-any service). So a shape's counts may differ by one pass: by at most 3, or 10 % of the count.
+any service). So a shape's counts may differ by one pass: by at most 3. And the maintenance
+lease's renewals (with the lock timeout each begins with) come every half second by the clock,
+while the window is counted in reaper passes: a window whose passes ran slower (a loaded CI
+run: 60 against 67 renewals once) holds more of them. So a shape may also differ by 15 % of
+its count; one that grew with the 20,000 parked jobs would differ by far more.
 A statement that grows with the parked jobs fails that; the promoter's promotion and the
 time-out of waits, the statements that act on parked jobs, must not run at all, since none of
 them falls due.
@@ -113,7 +117,7 @@ def test_an_idle_worker_beside_parked_jobs_sends_what_an_idle_worker_alone_sends
     differ = {
         shape[:100]: (alone[shape], beside[shape])
         for shape in set(alone) | set(beside)
-        if abs(alone[shape] - beside[shape]) > max(3, 0.1 * max(alone[shape], beside[shape]))
+        if abs(alone[shape] - beside[shape]) > max(3, 0.15 * max(alone[shape], beside[shape]))
     }
     assert not differ, (
         f"statements whose count differs by more than a pass (alone, beside): {differ}"
