@@ -13,7 +13,7 @@ statements of one shape, a delete per final status), the fallback poll (every 60
 the statements every maintenance transaction begins with (the lock timeout, one per pass of
 any service). So a shape's counts may differ by one pass: by at most 3. And the maintenance
 lease's renewals (with the lock timeout each begins with) come every half second by the clock,
-while the window is counted in reaper passes: a window whose passes ran slower (a loaded CI
+while the window is counted in reaper passes: a window whose passes ran slower (a CI
 run: 60 against 67 renewals once) holds more of them. So a shape may also differ by 15 % of
 its count; one that grew with the 20,000 parked jobs would differ by far more.
 A statement that grows with the parked jobs fails that; the promoter's promotion and the
