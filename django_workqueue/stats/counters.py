@@ -58,11 +58,6 @@ def ending(kind: OutcomeKind | None, status: str) -> str | None:
     return None
 
 
-def listened() -> bool:
-    """Whether a listener (``add_listener``) wants to hear of recorded batches."""
-    return bool(_listeners)
-
-
 def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
     """``outcomes`` with the counter rows ``count`` would add for each, whichever status its
     row takes, for a driver that counts them in the statement that writes them
