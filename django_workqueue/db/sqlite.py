@@ -99,6 +99,7 @@ class SQLiteDriver(Driver):
     supports_listen_notify = False
     supports_separate_commit = False
     supports_row_locks = False
+    supports_capped_flow_claim = True
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
         # SQLITE_BUSY (and its extended codes): the write lock was not free within
@@ -263,7 +264,9 @@ class SQLiteDriver(Driver):
         count: int = 0,
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
         # One statement walks the keys, reads the limit keys' rows and counts their running
-        # jobs, inside the claim's transaction, begun first: BEGIN IMMEDIATE takes the
+        # jobs. For a claim of keys with a rate, inside the claim's transaction, begun first
+        # (otherwise ``hold`` begins nothing: the claim counts again, see claim_flow, and
+        # this count only sizes the takes): BEGIN IMMEDIATE takes the
         # database's write lock, so from the count to the claim's COMMIT no other connection
         # writes, and what was counted is what the claim admits against: a limit is never
         # over-admitted. (Under transaction_mode DEFERRED, warned against by check_settings,
@@ -409,6 +412,17 @@ class SQLiteDriver(Driver):
         # rounds), every job picked is claimed, and the rounds need no ranking here: a window
         # function per key costs more than the rest of the claim.
         ranked = sum(pick.take for pick in picks) > limit
+        # A pick with a cap takes no more than its key's room, counted here: this statement
+        # holds the write lock from its first read to its end (autocommitted, it is its own
+        # transaction), so the count is what it admits against, with no BEGIN IMMEDIATE around
+        # the walk. Picks of one key (its jobs in several queues) share the room: each is
+        # bounded by what the earlier ones may take.
+        taken: dict[str, int] = {}
+        caps: dict[int, int] = {}
+        for i, pick in enumerate(picks):
+            if pick.cap is not None:
+                caps[i] = pick.cap - taken.get(pick.key, 0)
+                taken[pick.key] = taken.get(pick.key, 0) + pick.take
         per_key = [
             (
                 f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
@@ -419,7 +433,12 @@ class SQLiteDriver(Driver):
             + f"(SELECT id, priority, run_after FROM {self.table} "
             f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
             f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
-            f"ORDER BY priority DESC, run_after, id LIMIT :n{i})"
+            f"ORDER BY priority DESC, run_after, id LIMIT "
+            + (
+                f"max(0, min(:n{i}, :c{i} - {self._running(f':k{i}')})))"
+                if i in caps
+                else f":n{i})"
+            )
             for i in range(len(picks))
         ]
         picked = (
@@ -439,6 +458,8 @@ class SQLiteDriver(Driver):
             params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take})
             if ranked:
                 params[f"t{i}"] = pick.turn
+            if i in caps:
+                params[f"c{i}"] = caps[i]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
