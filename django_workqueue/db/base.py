@@ -271,6 +271,10 @@ class FlowPick:
     key: str
     take: int
     turn: int
+    cap: int | None = None
+    """The key's ``concurrency=``, where the claim is to count its running jobs itself
+    (drivers with ``supports_capped_flow_claim``): the jobs taken of the key never make them
+    more than this, whatever a count made before the claim said."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -487,6 +491,10 @@ class Driver(abc.ABC):
     supports_record_and_claim: bool = False
     """Whether ``record_and_claim`` writes plain outcomes, counts them and claims in one
     autocommitted statement (PostgreSQL with psycopg 3)."""
+    supports_capped_flow_claim: bool = False
+    """Whether ``claim_flow`` honours a pick's ``cap``: it counts the key's running jobs in its
+    own statement, under the write lock that statement takes (SQLite), so that a claim of keys
+    limited by ``concurrency=`` alone needs no transaction around the walk's count."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -695,7 +703,8 @@ class Driver(abc.ABC):
         up to ``take`` of its key's jobs in claim order (priority, run_after, id), taken in
         rounds — every key's first job, in ``turn`` order, then every key's second — and
         lease them to ``owner`` like ``claim``. Returned in that round order, each with its
-        ``flow_key``."""
+        ``flow_key``. Where ``supports_capped_flow_claim``, a pick's ``cap`` bounds its key's
+        running jobs, counted by this statement (the picks of one key share it)."""
 
     @abc.abstractmethod
     def batch_backlog(

@@ -99,6 +99,19 @@ class SQLiteDriver(Driver):
     supports_listen_notify = False
     supports_separate_commit = False
     supports_row_locks = False
+    supports_capped_flow_claim = True
+
+    def __init__(self, alias: str) -> None:
+        super().__init__(alias)
+        # The flow statements' text by shape (queues, picks, caps...): built once, not at
+        # every claim (tens of microseconds of a claim of a fraction of a millisecond).
+        self._statements: dict[tuple[Any, ...], str] = {}
+
+    def _remember(self, shape: tuple[Any, ...], sql: str) -> str:
+        if len(self._statements) >= 256:  # shapes mixing capped and other picks are many
+            self._statements.clear()
+        self._statements[shape] = sql
+        return sql
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
         # SQLITE_BUSY (and its extended codes): the write lock was not free within
@@ -263,7 +276,9 @@ class SQLiteDriver(Driver):
         count: int = 0,
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
         # One statement walks the keys, reads the limit keys' rows and counts their running
-        # jobs, inside the claim's transaction, begun first: BEGIN IMMEDIATE takes the
+        # jobs. For a claim of keys with a rate, inside the claim's transaction, begun first
+        # (otherwise ``hold`` begins nothing: the claim counts again, see claim_flow, and
+        # this count only sizes the takes): BEGIN IMMEDIATE takes the
         # database's write lock, so from the count to the claim's COMMIT no other connection
         # writes, and what was counted is what the claim admits against: a limit is never
         # over-admitted. (Under transaction_mode DEFERRED, warned against by check_settings,
@@ -346,48 +361,8 @@ class SQLiteDriver(Driver):
         (counted for tasks with ``concurrency=`` only)."""
         if not queues or limit <= 0:
             return []
-        ready = (
-            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' "
-            f"AND flow_key IS NOT NULL AND queue = {{queue}}"
-        )
-        bound = "" if high is None else " AND flow_key <= :high"
-        step = f"SELECT flow_key {ready} AND flow_key > {{low}}{bound} ORDER BY flow_key LIMIT 1"
-        served = " UNION ALL ".join(f"SELECT :q{i}" for i in range(len(queues)))
-        # The count reads at most `count` entries of the key's (covering) index range.
-        counted = (
-            f"(SELECT count(*) FROM (SELECT 1 {ready.format(queue='w.queue')} "
-            f"AND flow_key = w.key LIMIT :count))"
-            if count > 0
-            else "NULL"
-        )
-        # With the look, MATERIALIZED: each walked key's task is read once, not once for
-        # every expression naming it (without, it is named once, and a table of the walked
-        # rows costs more than it saves).
-        walked = (
-            f"walked AS {'MATERIALIZED ' if look is not None else ''}(SELECT w.queue, w.key, "
-            f"(SELECT task_name "
-            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task, "
-            f"{counted} AS ready FROM walk AS w WHERE w.key IS NOT NULL)"
-        )
-        select = "SELECT queue, key, task, ready FROM walked"
-        if look is not None:
-            limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
-            select = (
-                f"SELECT g.queue, g.key, g.task, g.ready, g.is_limit, l.starts, CASE WHEN "
-                f"g.is_limit AND g.task IN (SELECT value FROM json_each(:counted)) "
-                f"THEN {self._running('g.key')} ELSE 0 END "
-                f"FROM (SELECT *, task IN (SELECT value FROM json_each(:limited)) "
-                f"AND substr(key, 1, length(:prefix)) = :prefix AS is_limit FROM walked) AS g "
-                f"LEFT JOIN {limits} AS l ON g.is_limit AND l.key = g.key"
-            )
-        sql = (
-            f"WITH RECURSIVE served(name) AS ({served}), walk(queue, key, n) AS ("
-            f"SELECT s.name, ({step.format(queue='s.name', low=':low')}), 1 FROM served AS s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
-            f"WHERE p.name = s.name AND p.paused_at IS NOT NULL) "
-            f"UNION ALL SELECT w.queue, ({step.format(queue='w.queue', low='w.key')}), w.n + 1 "
-            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit), {walked} {select}"
-        )
+        shape = ("walk", len(queues), high is None, count > 0, look is not None)
+        sql = self._statements.get(shape) or self._remember(shape, self._walk_sql(*shape[1:]))
         params: dict[str, Any] = {"low": low, "high": high, "limit": limit, **(look or {})}
         if count > 0:
             params["count"] = count
@@ -397,6 +372,50 @@ class SQLiteDriver(Driver):
             rows = cursor.fetchall()
         rows.sort(key=lambda row: (row[1], row[0]))
         return rows[:limit]
+
+    def _walk_sql(self, queues: int, unbounded: bool, count: bool, look: bool) -> str:
+        ready = (
+            f"FROM {self.table} INDEXED BY wq_job_flow WHERE status = 'ready' "
+            f"AND flow_key IS NOT NULL AND queue = {{queue}}"
+        )
+        bound = "" if unbounded else " AND flow_key <= :high"
+        step = f"SELECT flow_key {ready} AND flow_key > {{low}}{bound} ORDER BY flow_key LIMIT 1"
+        served = " UNION ALL ".join(f"SELECT :q{i}" for i in range(queues))
+        # The count reads at most `count` entries of the key's (covering) index range.
+        counted = (
+            f"(SELECT count(*) FROM (SELECT 1 {ready.format(queue='w.queue')} "
+            f"AND flow_key = w.key LIMIT :count))"
+            if count
+            else "NULL"
+        )
+        # With the look, MATERIALIZED: each walked key's task is read once, not once for
+        # every expression naming it (without, it is named once, and a table of the walked
+        # rows costs more than it saves).
+        walked = (
+            f"walked AS {'MATERIALIZED ' if look else ''}(SELECT w.queue, w.key, "
+            f"(SELECT task_name "
+            f"{ready.format(queue='w.queue')} AND flow_key = w.key LIMIT 1) AS task, "
+            f"{counted} AS ready FROM walk AS w WHERE w.key IS NOT NULL)"
+        )
+        select = "SELECT queue, key, task, ready FROM walked"
+        if look:
+            limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
+            select = (
+                f"SELECT g.queue, g.key, g.task, g.ready, g.is_limit, l.starts, CASE WHEN "
+                f"g.is_limit AND g.task IN (SELECT value FROM json_each(:counted)) "
+                f"THEN {self._running('g.key')} ELSE 0 END "
+                f"FROM (SELECT *, task IN (SELECT value FROM json_each(:limited)) "
+                f"AND substr(key, 1, length(:prefix)) = :prefix AS is_limit FROM walked) AS g "
+                f"LEFT JOIN {limits} AS l ON g.is_limit AND l.key = g.key"
+            )
+        return (
+            f"WITH RECURSIVE served(name) AS ({served}), walk(queue, key, n) AS ("
+            f"SELECT s.name, ({step.format(queue='s.name', low=':low')}), 1 FROM served AS s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
+            f"WHERE p.name = s.name AND p.paused_at IS NOT NULL) "
+            f"UNION ALL SELECT w.queue, ({step.format(queue='w.queue', low='w.key')}), w.n + 1 "
+            f"FROM walk AS w WHERE w.key IS NOT NULL AND w.n < :limit), {walked} {select}"
+        )
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
@@ -409,28 +428,21 @@ class SQLiteDriver(Driver):
         # rounds), every job picked is claimed, and the rounds need no ranking here: a window
         # function per key costs more than the rest of the claim.
         ranked = sum(pick.take for pick in picks) > limit
-        per_key = [
-            (
-                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
-                f":t{i} AS turn FROM "
-                if ranked
-                else "SELECT id FROM "
-            )
-            + f"(SELECT id, priority, run_after FROM {self.table} "
-            f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
-            f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
-            f"ORDER BY priority DESC, run_after, id LIMIT :n{i})"
-            for i in range(len(picks))
-        ]
-        picked = (
-            f"SELECT id FROM (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
-            f"ORDER BY round, turn LIMIT :limit)"
-            if ranked
-            else " UNION ALL ".join(per_key)
-        )
-        sql = (
-            f"UPDATE {self.table} SET {_LEASE} WHERE id IN ({picked}) AND +status = 'ready' "
-            f"RETURNING {_CLAIMED}, flow_key"
+        # A pick with a cap takes no more than its key's room, counted here: this statement
+        # holds the write lock from its first read to its end (autocommitted, it is its own
+        # transaction), so the count is what it admits against, with no BEGIN IMMEDIATE around
+        # the walk. Picks of one key (its jobs in several queues) share the room: each is
+        # bounded by what the earlier ones may take.
+        taken: dict[str, int] = {}
+        caps: dict[int, int] = {}
+        for i, pick in enumerate(picks):
+            if pick.cap is not None:
+                caps[i] = pick.cap - taken.get(pick.key, 0)
+                taken[pick.key] = taken.get(pick.key, 0) + pick.take
+        capped = tuple(i in caps for i in range(len(picks)))
+        shape = ("claim_flow", ranked, capped)
+        sql = self._statements.get(shape) or self._remember(
+            shape, self._claim_flow_sql(ranked, capped)
         )
         params: dict[str, Any] = {"now": self._now_param(now), "owner": owner}
         if ranked:
@@ -439,6 +451,8 @@ class SQLiteDriver(Driver):
             params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take})
             if ranked:
                 params[f"t{i}"] = pick.turn
+            if i in caps:
+                params[f"c{i}"] = caps[i]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -454,6 +468,36 @@ class SQLiteDriver(Driver):
             ordered.append((rounds[job.flow_key], turns[(job.queue, job.flow_key)], job))
         ordered.sort(key=lambda entry: entry[:2])
         return [job for _, _, job in ordered]
+
+    def _claim_flow_sql(self, ranked: bool, capped: Sequence[bool]) -> str:
+        per_key = [
+            (
+                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
+                f":t{i} AS turn FROM "
+                if ranked
+                else "SELECT id FROM "
+            )
+            + f"(SELECT id, priority, run_after FROM {self.table} "
+            f"INDEXED BY wq_job_flow WHERE status = 'ready' AND flow_key IS NOT NULL "
+            f"AND queue = :q{i} AND flow_key = :k{i} AND run_after <= {NOW} "
+            f"ORDER BY priority DESC, run_after, id LIMIT "
+            + (
+                f"max(0, min(:n{i}, :c{i} - {self._running(f':k{i}')})))"
+                if capped[i]
+                else f":n{i})"
+            )
+            for i in range(len(capped))
+        ]
+        picked = (
+            f"SELECT id FROM (SELECT id, round, turn FROM ({' UNION ALL '.join(per_key)}) "
+            f"ORDER BY round, turn LIMIT :limit)"
+            if ranked
+            else " UNION ALL ".join(per_key)
+        )
+        return (
+            f"UPDATE {self.table} SET {_LEASE} WHERE id IN ({picked}) AND +status = 'ready' "
+            f"RETURNING {_CLAIMED}, flow_key"
+        )
 
     def batch_backlog(
         self, groups: Sequence[tuple[str, str, int]], now: datetime | None = None

@@ -12,7 +12,10 @@ the plain one. Each call:
    walks meet limit keys, the walk and the lock are one call (``Driver.walk_flow_limits``):
    on PostgreSQL one round trip, with the transaction's BEGIN; on SQLite one statement
    under the write lock BEGIN IMMEDIATE took first, which serialises every claimer (no row
-   locks there: a key's row is made only for a rate's starts);
+   locks there: a key's row is made only for a rate's starts). Where the claim counts each
+   key's running jobs itself (``supports_capped_flow_claim``: SQLite, whose autocommitted
+   claim holds the write lock for its statement), a claim of ``concurrency=`` keys takes no
+   transaction: the walk's count sizes the takes, the claim's caps them;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
    Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
@@ -54,6 +57,7 @@ class FlowClaimer:
         self.retry_at: float | None = None
         """Monotonic time at which a rate limit that held jobs back frees a start, if any."""
         self._limits_met = True  # whether the last walk met limit keys (at first: assume so)
+        self._rates_met = False  # whether it met keys with a rate (their starts are written)
         self.held = False
         """Whether a claim since ``begin_pass`` left ready jobs of a key at its limit (or
         claimed by another worker at the same moment): work remains that a later claim may
@@ -74,21 +78,30 @@ class FlowClaimer:
         limited = _limited_tasks()
         if limited and self._limits_met:
             # The last walk met limit keys: walk and lock them together (PostgreSQL: one
-            # round trip, BEGIN included).
+            # round trip, BEGIN included). Where the claim counts each key's running jobs
+            # itself (SQLite), and the last walk met no rate, the walk's count only sizes the
+            # takes: it is read before any transaction, and the claim caps them.
+            capped = self.driver.supports_capped_flow_claim and not self._rates_met
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
-                    hold, queues, self.cursor, steps, limited, LIMIT, count=limit
+                    FlowHold() if capped else hold,
+                    queues,
+                    self.cursor,
+                    steps,
+                    limited,
+                    LIMIT,
+                    count=limit,
                 )
-                jobs = self._claim_walked(walked, limit, now, hold, locked)
+                jobs = self._claim_walked(walked, limit, now, hold, locked, capped=capped)
         else:
             # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
             # takes no transaction and carries no lock; limit keys it meets are locked after.
             walked = self.driver.flow_keys(queues, self.cursor, steps, count=limit)
             with self.driver.flow_limits_held() as hold:
                 jobs = self._claim_walked(walked, limit, now, hold)
-        self._limits_met = any(
-            group.task_name in limited and group.key.startswith(LIMIT) for group in walked
-        )
+        met = {g.task_name for g in walked if g.task_name in limited and g.key.startswith(LIMIT)}
+        self._limits_met = bool(met)
+        self._rates_met = any(_has_rate(name) for name in met)
         # Full: the next claim starts after the last key served. Short (keys at their limit,
         # or too few): after the last key walked, so that a claim never walks the same full
         # keys again while keys further on have room.
@@ -105,6 +118,8 @@ class FlowClaimer:
         now: datetime | None,
         hold: FlowHold,
         locked: dict[str, tuple[list[list[float]], int]] | None = None,
+        *,
+        capped: bool = False,
     ) -> list[ClaimedJob]:
         groups = [g for g in walked if _claimable(g)]
         limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
@@ -113,13 +128,17 @@ class FlowClaimer:
         if not limits:
             hold.claim_last = True
             return self._claim(groups, {}, limit, now)
+        if capped and any(spec.rate is not None for spec in limits.values()):
+            # A rate's starts are read and written in the claim's transaction: count again in
+            # it (this once; the next claim begins it before its walk).
+            locked, capped = None, False
         if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
             hold.begin()
             keys = sorted(limits)
             counted = {key for key in keys if limits[key].concurrency is not None}
             locked = self.driver.lock_flow_limits(keys, counted)
         held = {key: row for key, row in locked.items() if key in limits}
-        return self._claim_limited(hold, groups, limits, held, limit, now)
+        return self._claim_limited(hold, groups, limits, held, limit, now, capped=capped)
 
     def _claim(
         self,
@@ -127,9 +146,12 @@ class FlowClaimer:
         room: dict[str, int],
         limit: int,
         now: datetime | None,
+        caps: dict[str, int] | None = None,
     ) -> list[ClaimedJob]:
         # A key may have ready jobs in several queues (``using(queue=...)``): its room is
-        # shared among its groups, in the order walked, never given to each.
+        # shared among its groups, in the order walked, never given to each. ``caps``: the
+        # keys' concurrency, for a claim that counts their running jobs itself.
+        caps = caps or {}
         left = dict(room)
         picks = []
         bound: dict[str, int] = {}  # keys whose room, not this claim's size, set their take
@@ -142,7 +164,7 @@ class FlowClaimer:
                 left[group.key] -= take
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
-            picks.append(FlowPick(group.queue, group.key, take, turn))
+            picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
         shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
         if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
@@ -150,7 +172,7 @@ class FlowClaimer:
             # are not due yet). The rest of the rounds, as the claim would have taken them.
             got = Counter((job.queue, job.flow_key) for job in jobs)
             rest = [
-                FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn)
+                FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
                 for p in picks
                 if p.take > got[(p.queue, p.key)]
             ]
@@ -170,6 +192,8 @@ class FlowClaimer:
         locked: dict[str, tuple[list[list[float]], int]],
         limit: int,
         now: datetime | None,
+        *,
+        capped: bool = False,
     ) -> list[ClaimedJob]:
         # ``locked``: the rows the walk locked (made for keys seen for the first time), their
         # starts and their keys' running jobs.
@@ -200,7 +224,11 @@ class FlowClaimer:
         # No starts to write after the claim: the claim may end the transaction (its COMMIT in
         # the same round trip).
         hold.claim_last = not rated
-        jobs = self._claim(groups, room, limit, now)
+        caps = None
+        if capped:  # no rate here (_claim_walked): every limit has a concurrency
+            caps = {key: spec.concurrency for key, spec in limits.items()
+                    if spec.concurrency is not None}  # fmt: skip
+        jobs = self._claim(groups, room, limit, now, caps)
         started: dict[str, int] = {}
         for job in jobs:
             if job.flow_key in rated:
@@ -234,6 +262,11 @@ def _limited_tasks() -> dict[str, bool]:
         for name, task in registered_tasks().items()
         if task.spec.concurrency is not None or task.spec.rate is not None
     }
+
+
+def _has_rate(task_name: str) -> bool:
+    task = find_task(task_name)
+    return task is not None and task.spec.rate is not None
 
 
 def _claimable(group: FlowGroup) -> bool:
@@ -279,7 +312,7 @@ def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[
         if total in (before, limit):
             break
     return [
-        FlowPick(pick.queue, pick.key, n, pick.turn)
+        FlowPick(pick.queue, pick.key, n, pick.turn, pick.cap)
         for pick, n in zip(picks, given, strict=True)
         if n
     ]

@@ -15,7 +15,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_workqueue import registry
-from django_workqueue.db import driver_for
+from django_workqueue.db import FlowPick, driver_for
 from django_workqueue.flow.claim import FlowClaimer
 from django_workqueue.models import FlowLimit, Job
 from django_workqueue.worker.runner import Worker
@@ -254,10 +254,13 @@ class TestCost:
             assert statements[1].endswith("; COMMIT")
         else:
             # SQLite: the walk reads the rows and counts (twice here: one key is fewer than a
-            # walk's steps, so it walks on from the first key), then the claim.
+            # walk's steps, so it walks on from the first key), then the claim, which counts
+            # the key's running jobs again under the write lock it takes: autocommitted, no
+            # transaction around them (main: BEGIN IMMEDIATE before the walk, COMMIT after).
             walks = [s for s in statements if FLOW_LIMIT_TABLE in s]
             assert len(walks) == 2 and all(s.startswith("WITH RECURSIVE") for s in walks)
-            assert len(statements) == 5  # with BEGIN IMMEDIATE and COMMIT
+            assert len(statements) == 3 and statements[2].startswith("UPDATE")
+            assert not connection.in_atomic_block
 
     def test_a_claim_under_per_key_limits_is_a_walk_that_counts_and_a_claim(self):
         # PostgreSQL: BEGIN with the walk, the rows' lock (made for keys seen for the first
@@ -487,6 +490,44 @@ class TestEdges:
         claimed = claimer().claim(["default", "mail"], 10)
 
         assert len(claimed) == 2
+
+    def test_jobs_claimed_between_the_walk_and_the_claim_count_against_the_limit(self, monkeypatch):
+        # Where the claim counts each key's running jobs itself (SQLite), the walk's count is
+        # read outside any transaction and may be old by the claim: the claim's own count
+        # decides. Elsewhere the walk's count is taken under the row lock the claim keeps, and
+        # this claimer-inside-a-claimer cannot happen.
+        driver = driver_for("default")
+        if not driver.supports_capped_flow_claim:
+            pytest.skip("PostgreSQL: the claim counts under the FlowLimit row's lock")
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+        walk = driver.walk_flow_limits
+        other: list[int] = []
+
+        def walk_then_another_claims(*args, **kwargs):
+            walked = walk(*args, **kwargs)
+            if not other:  # after this walk counted no running job: another worker claims 2
+                monkeypatch.setattr(driver, "walk_flow_limits", walk)
+                other.append(len(claimer("b").claim(["default"], 10)))
+            return walked
+
+        monkeypatch.setattr(driver, "walk_flow_limits", walk_then_another_claims)
+
+        assert claimer("a").claim(["default"], 10) == [] and other == [2]
+        assert Job.objects.filter(status="running").count() == 2
+
+    def test_picks_of_one_key_in_two_queues_share_the_claims_count_of_its_room(self):
+        driver = driver_for("default")
+        if not driver.supports_capped_flow_claim:
+            pytest.skip("PostgreSQL: the claim counts under the FlowLimit row's lock")
+        tasks.two_at_a_time.enqueue_many([((), {})] * 3)
+        tasks.two_at_a_time.using(queue="mail").enqueue_many([((), {})] * 3)
+        key = f"limit:{tasks.two_at_a_time.name}"
+        assert len(claimer().claim(["default"], 1)) == 1  # one running: room for one
+
+        picks = [FlowPick("default", key, 2, 0, 2), FlowPick("mail", key, 2, 1, 2)]
+        claimed = driver.claim_flow(picks, 4, "b")
+
+        assert len(claimed) == 1 and Job.objects.filter(status="running").count() == 2
 
     def test_a_claim_moves_past_keys_at_their_limit_to_keys_with_room(self):
         customers = 40
