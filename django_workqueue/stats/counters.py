@@ -109,9 +109,13 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
         if name is None:
             continue
-        seconds = {"run": timing.run_seconds, "wait": timing.wait_seconds}
         for counter, measure in _counted(name):
-            klass = 0 if measure is None else duration_class(seconds[measure])
+            if measure is None:
+                klass: int | None = 0
+            else:
+                klass = duration_class(
+                    timing.run_seconds if measure == "run" else timing.wait_seconds
+                )
             if klass is not None:
                 key = (timing.queue, timing.task_name, counter, klass)
                 totals[key] = totals.get(key, 0) + 1
