@@ -12,6 +12,7 @@ read that list, so a ``django.tasks`` project configures its queues once, in ``T
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -148,6 +149,7 @@ class WorkqueueSettings:
     def __init__(self) -> None:
         self._user: dict[str, Any] | None = None
         self._queues: list[str] | None = None
+        self._lock = threading.Lock()
 
     @property
     def user(self) -> dict[str, Any]:
@@ -158,7 +160,15 @@ class WorkqueueSettings:
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown WORKQUEUE setting {name!r}")
-        return self.user.get(name, DEFAULTS[name])
+        user = self.user
+        value = user.get(name, DEFAULTS[name])
+        # Kept as an attribute until ``reload``: the next read is a plain attribute look-up
+        # (this method runs only after one failed; the worker reads settings on every job).
+        # Not if a reload came meanwhile: the value read is of the settings before it.
+        with self._lock:
+            if self._user is user:
+                self.__dict__[name] = value
+        return value
 
     @property
     def QUEUES(self) -> Any:
@@ -172,7 +182,10 @@ class WorkqueueSettings:
         return self._queues
 
     def reload(self) -> None:
-        self._user = None
+        with self._lock:
+            for name in [name for name in self.__dict__ if name in DEFAULTS]:
+                del self.__dict__[name]
+            self._user = None
         self._queues = None
 
 

@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 from typing import Any
 
 from . import budgets
-from .states import TERMINAL, Status, transition
+from .payload import acyclic_encoder
+from .states import TERMINAL, TRANSITIONS, Status, transition
 
-# json.dumps(row, separators=...) makes an encoder per call; one shared encoder writes the same.
-_ROW_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# json.dumps(row, separators=...) makes an encoder per call; one kept encoder writes the same
+# (a row holds scalars, and progress details decoded afresh from their JSON: no cycle).
+_encode_row = acyclic_encoder(ensure_ascii=True, allow_nan=True)
+
+
+def _written(status: Status) -> str:
+    """``status`` as a row stores it, once ``transition`` allowed running -> ``status``."""
+    text = _FROM_RUNNING.get(status)
+    if text is None:
+        (allowed,) = transition(Status.RUNNING, status)  # raises: not a running job's ending
+        text = allowed.value
+    return text
 
 
 class OutcomeKind(enum.StrEnum):
@@ -131,13 +141,13 @@ class Outcome:
         whether each ends the job, ``delay`` (if present) the seconds from the database's clock
         to the new ``run_after``, ``charge_attempt`` / ``charge_crash`` the budget it spends.
         """
-        (status,) = transition(Status.RUNNING, self.status)
-        (cancel_status,) = transition(Status.RUNNING, self.status_if_cancel_requested)
+        status = self.status
+        cancel_status = self.status_if_cancel_requested
         row: dict[str, Any] = {
             "id": self.job_id,
             "attempt": self.attempt,
-            "status": status.value,
-            "cancel_status": cancel_status.value,
+            "status": _written(status),
+            "cancel_status": _written(cancel_status),
             "finished": status in TERMINAL,
         }
         if self.result_json is not None:
@@ -149,7 +159,9 @@ class Outcome:
             row["etraceback"] = self.error.get("traceback")
         if status in (Status.READY, Status.SCHEDULED) and not self.keeps_run_after:
             row["delay"] = float(self.delay)
-        row.update(budgets.charged_columns(self.charge))
+        charged = budgets.charged_columns(self.charge)
+        if charged:
+            row.update(charged)
         if self.progress is not None:
             row["has_progress"] = True
             row["pcurrent"], row["ptotal"], row["pmessage"], details = self.progress
@@ -160,5 +172,12 @@ class Outcome:
     def encoded(self) -> str:
         """``row()`` as JSON, made once (slots make it, so the control thread only joins)."""
         if self._encoded is None:
-            self._encoded = _ROW_ENCODER.encode(self.row())
+            self._encoded = _encode_row(self.row())
         return self._encoded
+
+
+# The statuses a running job may take, as rows store them (``transition`` allows each): the
+# look-up of every ``row()``, without the enum's ``value`` property or the check's call.
+_FROM_RUNNING: dict[Status, str] = {
+    status: transition(Status.RUNNING, status)[0].value for status in TRANSITIONS[Status.RUNNING]
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .exceptions import PayloadNotJSON, PayloadTooLarge
@@ -70,7 +71,31 @@ def find_non_json(value: Any, path: str) -> tuple[str, str] | None:
     return None
 
 
+def acyclic_encoder(*, ensure_ascii: bool, allow_nan: bool) -> Callable[[Any], str]:
+    """``json.JSONEncoder(separators=(",", ":"), ...).encode``, made once, for values that
+    cannot hold a cycle (a flat list or dict of scalars, an outcome's row): the same text.
+    ``JSONEncoder.encode`` makes a C encoder anew on every call, which every job's result and
+    outcome row paid; this one is made here and kept (without the cycle check's table, which
+    threads calling it at once could not share)."""
+    encoder = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=allow_nan
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return encoder.encode
+    strings = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
+    chunks = make(None, encoder.default, strings, None, ":", ",", False, False, allow_nan)
+
+    def encode(value: Any) -> str:
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_flat_encode = acyclic_encoder(ensure_ascii=False, allow_nan=False)
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
@@ -95,7 +120,7 @@ def encode(value: Any, path: str, owner: str) -> str:
     """JSON-encode ``value`` or raise ``PayloadNotJSON`` naming the offending path."""
     if _is_flat(value):
         try:
-            encoded = _encoder.encode(value)
+            encoded = _flat_encode(value)  # no cycle in a flat value
         except ValueError:  # an integer too long to write as text: the walk below names it
             pass
         else:

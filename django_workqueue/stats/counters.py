@@ -33,6 +33,10 @@ _FORGET_EVERY = 60.0  # seconds between two deletions of old rows by one process
 
 ENDINGS = ("succeeded", "failed", "cancelled", "retried")
 _RETRIED_KINDS = frozenset({OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED})
+# The statuses counted as their own ending, by name (a dict: the look-up of every job's count).
+_ENDED = {
+    str(status): str(status) for status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+}
 _last_forget: dict[str, float] = {}
 _listeners: list[Callable[[Sequence[Outcome], Recorded], None]] = []
 logger = logging.getLogger("django_workqueue.stats")
@@ -51,8 +55,9 @@ def remove_listener(listener: Callable[[Sequence[Outcome], Recorded], None]) -> 
 def ending(kind: OutcomeKind | None, status: str) -> str | None:
     """The counter an attempt's written outcome adds to, or None (a snooze or a release at
     shutdown ends no attempt's work: nothing is counted)."""
-    if status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
-        return str(status)
+    counted = _ENDED.get(status)
+    if counted is not None:
+        return counted
     if kind in _RETRIED_KINDS:
         return "retried"
     return None
@@ -109,9 +114,13 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
         if name is None:
             continue
-        seconds = {"run": timing.run_seconds, "wait": timing.wait_seconds}
+        classes = {
+            None: 0,
+            "run": duration_class(timing.run_seconds),
+            "wait": duration_class(timing.wait_seconds),
+        }
         for counter, measure in _counted(name):
-            klass = 0 if measure is None else duration_class(seconds[measure])
+            klass = classes[measure]
             if klass is not None:
                 key = (timing.queue, timing.task_name, counter, klass)
                 totals[key] = totals.get(key, 0) + 1

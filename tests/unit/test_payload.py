@@ -10,7 +10,14 @@ import uuid
 import pytest
 
 from django_workqueue.exceptions import PayloadNotJSON, PayloadTooLarge
-from django_workqueue.payload import MAX_DEPTH, check_size, describe, encode, find_non_json
+from django_workqueue.payload import (
+    MAX_DEPTH,
+    acyclic_encoder,
+    check_size,
+    describe,
+    encode,
+    find_non_json,
+)
 
 
 @pytest.mark.parametrize(
@@ -200,3 +207,32 @@ def test_describe_survives_a_broken_repr():
 
     assert describe(Broken()) == "<a test_describe_survives_a_broken_repr.<locals>.Broken>"
     assert describe(10**5000).startswith("<an integer of ")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -7,
+        2**70,
+        1.5,
+        1e300,
+        "",
+        "é\u2028\x00",
+        [1, "a", None],
+        {"k": 1.25, "é": [{}]},
+    ],
+)
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_the_kept_encoder_writes_what_json_dumps_writes(value, ensure_ascii):
+    encode = acyclic_encoder(ensure_ascii=ensure_ascii, allow_nan=True)
+    assert encode(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)
+
+
+def test_the_kept_encoder_refuses_nan_when_told_to_as_json_does():
+    encode = acyclic_encoder(ensure_ascii=False, allow_nan=False)
+    with pytest.raises(ValueError):
+        encode([float("nan")])
+    assert acyclic_encoder(ensure_ascii=True, allow_nan=True)(float("inf")) == "Infinity"
