@@ -261,6 +261,13 @@ def _lease_params(owner: str, leases: Sequence[tuple[int, int]]) -> dict[str, An
     }
 
 
+def _float8_array(values: Iterable[float]) -> str:
+    """``values`` as a ``float8[]`` literal of a statement's text. ``repr`` writes the
+    shortest text that reads back as the same float, and PostgreSQL reads it back exactly:
+    to the last bit, as a bound parameter would be."""
+    return "'{" + ",".join(map(repr, map(float, values))) + "}'::float8[]"
+
+
 def _claim_order(job: ClaimedJob) -> tuple[int, int]:
     """The order a claim's jobs start in: priority first, then id."""
     return (-job.priority, job.id)
@@ -1207,14 +1214,13 @@ class PostgresDriver(Driver):
         (``histogram.lower_bounds()``, the same tuple on every pass): the same text on every
         pass, as a prepared statement needs, and no text to build on the control thread.
 
-        The bounds are a literal of the statement, not a parameter: psycopg dumped a list of
-        floats element by element in Python on every pass (issue 32). ``repr`` writes the
-        shortest text that reads back as the same float, and PostgreSQL reads it exactly, so
-        ``width_bucket`` classes a duration as ``counters.duration_class`` does."""
+        The bounds are a literal of the statement (``_float8_array``), not a parameter:
+        psycopg dumped a list of floats element by element in Python on every pass (issue
+        32)."""
         cached = self._record_and_claim_cache
         if cached is not None and (cached[0] is bounds or cached[0] == bounds):
             return cached[1]
-        literal = "'{" + ",".join(map(repr, map(float, bounds))) + "}'::float8[]"
+        literal = _float8_array(bounds)
         # Three parts in one statement, one snapshot: rows the write finishes are `running` in
         # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
         # twice. The statistics' upsert reads the rows the write returned: counted iff
