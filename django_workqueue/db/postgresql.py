@@ -192,7 +192,6 @@ _PROGRESS_FROM_V = (
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
-_BOOLEAN_TEXT = {True: "t", False: "f"}
 
 # A worker's writes wait at most this long for a row another session holds locked; what they
 # wanted is kept and written on a later pass instead of stalling the worker's control loop.
@@ -1181,18 +1180,18 @@ class PostgresDriver(Driver):
         self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
     ) -> tuple[Recorded, list[ClaimedJob]]:
         sql = self._record_and_claim_sql(write.bounds)
-        # The counter rows' columns go as comma-joined text, split on the server: psycopg
-        # dumps a list element by element in Python (a regex for each string), which cost
-        # the control thread about a third of its time per job (issue 32). Counter names
-        # and measures are identifiers (stats/counters.py): no comma, never ''. Transposed
-        # by zip and joined by map: no Python loop per counter row.
-        ids, attempts, cancelled, names, measures = zip(*write.counted) if write.counted else (
-            (), (), (), (), ())  # fmt: skip
+        counted = write.counted
         params: dict[str, Any] = {
             "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
-            "ids": ",".join(map(str, ids)), "attempts": ",".join(map(str, attempts)),
-            "cancelled": ",".join(map(_BOOLEAN_TEXT.__getitem__, cancelled)),
-            "names": ",".join(names), "measures": ",".join([m or "" for m in measures]),
+            # The counter rows' columns go as comma-joined text, split on the server: psycopg
+            # dumps a list element by element in Python (a regex for each string), which cost
+            # the control thread about a third of its time per job (issue 32). Counter names
+            # and measures are identifiers (stats/counters.py): no comma, never ''.
+            "ids": ",".join([str(row[0]) for row in counted]),
+            "attempts": ",".join([str(row[1]) for row in counted]),
+            "cancelled": ",".join(["t" if row[2] else "f" for row in counted]),
+            "names": ",".join([row[3] or "" for row in counted]),
+            "measures": ",".join([row[4] or "" for row in counted]),
             "now": None, "limit": limit, "queues": list(queues),
         }  # fmt: skip
         with self._prepared(sql, params) as cursor:  # planned once per connection
