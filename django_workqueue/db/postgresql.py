@@ -260,20 +260,36 @@ def _lease_params(owner: str, leases: Sequence[tuple[int, int]]) -> dict[str, An
     }
 
 
-def _recorded_from(result: Sequence[Any]) -> Recorded:
-    """A fenced write's answer (``_recorded``'s columns, or a progress write's first four)."""
-    return Recorded(
-        written={(row[0], row[1]) for row in result if row[2]},
-        busy={row[0] for row in result if not row[3]},
-        ended=[
-            Ended(row[0], row[4], row[5]) for row in result if len(row) > 4 and row[4] in _TERMINAL
-        ],
-        timings=[
-            Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9])
-            for row in result
-            if len(row) > 4 and row[2]
-        ],
-    )
+def _float8_array(values: Iterable[float]) -> str:
+    """``values`` as a ``float8[]`` literal of a statement's text. ``repr`` writes the
+    shortest text that reads back as the same float, and PostgreSQL reads it back exactly:
+    to the last bit, as a bound parameter would be."""
+    return "'{" + ",".join(map(repr, map(float, values))) + "}'::float8[]"
+
+
+def _claim_order(job: ClaimedJob) -> tuple[int, int]:
+    """The order a claim's jobs start in: priority first, then id."""
+    return (-job.priority, job.id)
+
+
+def _recorded_from(result: Iterable[Sequence[Any]]) -> Recorded:
+    """A fenced write's answer (``_recorded``'s columns, or a progress write's first four).
+
+    One loop over the rows: a worker's pass reads one per outcome on its control thread."""
+    written: set[tuple[int, int]] = set()
+    busy: set[int] = set()
+    ended: list[Ended] = []
+    timings: list[Timing] = []
+    for row in result:
+        if not row[3]:
+            busy.add(row[0])
+        if len(row) > 4 and row[4] in _TERMINAL:
+            ended.append(Ended(row[0], row[4], row[5]))
+        if row[2]:
+            written.add((row[0], row[1]))
+            if len(row) > 4:
+                timings.append(Timing(row[0], row[1], row[6], row[7], row[4], row[8], row[9]))
+    return Recorded(written=written, busy=busy, ended=ended, timings=timings)
 
 
 class PostgresDriver(Driver):
@@ -285,6 +301,8 @@ class PostgresDriver(Driver):
     def __init__(self, alias: str) -> None:
         super().__init__(alias)
         self._insert_sql: dict[tuple[bool, bool], str] = {}
+        # record_and_claim's statement and the bounds it was made for.
+        self._record_and_claim_cache: tuple[tuple[float, ...], str] | None = None
 
     def insert(
         self,
@@ -520,7 +538,7 @@ class PostgresDriver(Driver):
         sql = f"WITH {self._claim_ctes(ahead)} SELECT * FROM claimed"
         params = {"now": now, "limit": limit, "owner": owner, "queues": list(queues)}
         jobs = [ClaimedJob(*row) for row in self._fetchall(sql, params)]
-        jobs.sort(key=lambda j: (-j.priority, j.id))
+        jobs.sort(key=_claim_order)
         return jobs
 
     def _claim_ctes(self, ahead: bool = False) -> str:
@@ -1161,6 +1179,47 @@ class PostgresDriver(Driver):
     def record_and_claim(
         self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
     ) -> tuple[Recorded, list[ClaimedJob]]:
+        sql = self._record_and_claim_sql(write.bounds)
+        counted = write.counted
+        params: dict[str, Any] = {
+            "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
+            # The counter rows' columns go as comma-joined text, split on the server: psycopg
+            # dumps a list element by element in Python (a regex for each string), which cost
+            # the control thread about a third of its time per job (issue 32). Counter names
+            # and measures are identifiers (stats/counters.py): no comma, never ''.
+            "ids": ",".join([str(row[0]) for row in counted]),
+            "attempts": ",".join([str(row[1]) for row in counted]),
+            "cancelled": ",".join(["t" if row[2] else "f" for row in counted]),
+            "names": ",".join([row[3] or "" for row in counted]),
+            "measures": ",".join([row[4] or "" for row in counted]),
+            "now": None, "limit": limit, "queues": list(queues),
+        }  # fmt: skip
+        with self._prepared(sql, params) as cursor:  # planned once per connection
+            rows = cursor.fetchall()
+        # Each row is the write's (kind 'w', `_recorded`'s ten columns) or the claim's
+        # (kind 'c', `ClaimedJob`'s after them): one loop sorts them.
+        written: list[Any] = []
+        jobs: list[ClaimedJob] = []
+        for row in rows:
+            if row[0] == "w":
+                written.append(row[1:11])
+            else:
+                jobs.append(ClaimedJob(*row[11:]))
+        jobs.sort(key=_claim_order)
+        return _recorded_from(written), jobs
+
+    def _record_and_claim_sql(self, bounds: Sequence[float]) -> str:
+        """``record_and_claim``'s statement, made once per duration classes' lower bounds
+        (``histogram.lower_bounds()``, the same tuple on every pass): the same text on every
+        pass, as a prepared statement needs, and no text to build on the control thread.
+
+        The bounds are a literal of the statement (``_float8_array``), not a parameter:
+        psycopg dumped a list of floats element by element in Python on every pass (issue
+        32)."""
+        cached = self._record_and_claim_cache
+        if cached is not None and (cached[0] is bounds or cached[0] == bounds):
+            return cached[1]
+        literal = _float8_array(bounds)
         # Three parts in one statement, one snapshot: rows the write finishes are `running` in
         # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
         # twice. The statistics' upsert reads the rows the write returned: counted iff
@@ -1177,7 +1236,7 @@ class PostgresDriver(Driver):
             f"SELECT date_trunc('minute', {CLOCK}), s.queue, s.task_name, s.name, s.bucket, "
             f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, n.name, "
             f"  (CASE WHEN n.measure IS NULL THEN 0 WHEN d.seconds >= 0 "
-            f"    THEN width_bucket(d.seconds, %(bounds)s::float8[]) END)::smallint AS bucket "
+            f"    THEN width_bucket(d.seconds, {literal}) END)::smallint AS bucket "
             f"  FROM written AS w JOIN v ON v.id = w.id AND v.attempt = w.attempt "
             f"  JOIN unnest(string_to_array(%(ids)s, ',')::bigint[], "
             f"    string_to_array(%(attempts)s, ',')::integer[], "
@@ -1200,26 +1259,8 @@ class PostgresDriver(Driver):
             f"{_RECORDED_FROM} LEFT JOIN claimed ON false "
             f"UNION ALL SELECT 'c', {', '.join(['NULL'] * 10)}, claimed.* FROM claimed"
         )
-        outcomes = write.outcomes
-        params: dict[str, Any] = {
-            "batch": self.batch(outcomes), "owner": owner, "shard": write.shard,
-            # The counter rows' columns go as comma-joined text, split on the server: psycopg
-            # dumps a list element by element in Python (a regex for each string), which cost
-            # the control thread about a third of its time per job (issue 32). Counter names
-            # and measures are identifiers (stats/counters.py): no comma, never ''.
-            "ids": ",".join([str(row[0]) for row in write.counted]),
-            "attempts": ",".join([str(row[1]) for row in write.counted]),
-            "cancelled": ",".join(["t" if row[2] else "f" for row in write.counted]),
-            "names": ",".join([row[3] or "" for row in write.counted]),
-            "measures": ",".join([row[4] or "" for row in write.counted]),
-            "bounds": list(write.bounds), "now": None, "limit": limit, "queues": list(queues),
-        }  # fmt: skip
-        with self._prepared(sql, params) as cursor:  # planned once per connection
-            rows = cursor.fetchall()
-        recorded = _recorded_from([row[1:11] for row in rows if row[0] == "w"])
-        jobs = [ClaimedJob(*row[11:]) for row in rows if row[0] == "c"]
-        jobs.sort(key=lambda j: (-j.priority, j.id))
-        return recorded, jobs
+        self._record_and_claim_cache = (tuple(bounds), sql)
+        return sql
 
     def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
         if not counters:

@@ -434,20 +434,29 @@ def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
 
 
 @pytest.mark.postgres_only
-def test_the_duration_classes_in_sql_are_those_of_bucket():
+@pytest.mark.parametrize("given", ["parameter", "literal"])
+def test_the_duration_classes_in_sql_are_those_of_bucket(given: str):
     """``width_bucket`` over ``histogram.lower_bounds()`` where the duration is >= 0 (the one
     statement's classing) classes every duration as ``counters.duration_class`` does: by
-    ``bucket``, at each class's edge to the last bit of a float, and none below 0."""
+    ``bucket``, at each class's edge to the last bit of a float, and none below 0. Whether
+    the bounds are a bound parameter or the statement's literal (``_float8_array``, as
+    ``record_and_claim`` has them)."""
+    from django_workqueue.db.postgresql import _float8_array
+
     bounds = list(histogram.lower_bounds())
     values = [-1.0, -0.0005, 0.0, 0.0005]
     for edge in bounds:
         values += [edge, math.nextafter(edge, 0.0), math.nextafter(edge, math.inf)]
     values.append(10.0**9)
     with connection.cursor() as cursor:
+        if given == "parameter":
+            array, params = "%s::float8[]", [bounds, values]
+        else:
+            array, params = _float8_array(bounds), [values]
         cursor.execute(
-            "SELECT CASE WHEN d >= 0 THEN width_bucket(d, %s::float8[]) END "
+            f"SELECT CASE WHEN d >= 0 THEN width_bucket(d, {array}) END "
             "FROM unnest(%s::float8[]) WITH ORDINALITY AS u(d, n) ORDER BY n",
-            [bounds, values],
+            params,
         )
         in_sql = [row[0] for row in cursor.fetchall()]
     assert in_sql == [counters.duration_class(value) for value in values]
