@@ -47,6 +47,20 @@ def ensure_venv(*, force: bool = False) -> None:
             check=True,
         )  # fmt: skip
         STAMP.write_text(wanted)
+    compile_project()
+
+
+def compile_project() -> None:
+    """Write this project's bytecode (``__pycache__``) before the run, as pip wrote the peers'
+    when it installed them: an editable install has none, and where the environment sets
+    ``PYTHONDONTWRITEBYTECODE`` every process the harness starts would compile the project's
+    modules again at start-up (about 0.15 s of CPU per worker), a cost an installed wheel does
+    not have. Sources unchanged since the last run are skipped; a stale file is replaced."""
+    subprocess.run(
+        [str(PYTHON), "-m", "compileall", "-q", "-j", "0", "-x", r"[/\\]\.venv[/\\]",
+         *(str(ROOT / name) for name in ("django_workqueue", "testproject", "bench", "manage.py"))],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def reexec_in_venv(argv: list[str]) -> None:
