@@ -17,23 +17,15 @@ Indexes are designed for the hot path, not added by accident:
   index-only counts;
 * ``wq_job_unique_key`` holds the jobs that have a ``unique_key`` (finished ones too), for the
   admin's search by key;
-* ``wq_job_finished`` holds finished rows only (``status, finished_at``), for retention's
-  batches (oldest first), the dead-letter list (newest first) and the filters by a final
-  status; a job enters it when it ends, never while it waits or runs. Its condition has two
-  arms because the databases prove differently that a query may use a partial index:
-  PostgreSQL from ``status = 'failed'``, SQLite only from a term on ``finished_at`` (so the
-  queries that must use it there say ``finished_at IS NOT NULL`` or compare it);
 * ``wq_job_workflow`` indexes ``Job.workflow`` for the jobs that belong to a workflow only (a
   job outside any writes nothing there); ``Dependency.prerequisite`` is an indexed foreign key:
   completing a job finds its dependents through it. Claims never look at ``blocked`` jobs:
   they are not in the claim index.
 
-A plain job (no workflow, no unique key, no flow control) is in three indexes while it waits
-(the primary key, ``wq_job_claim``, ``wq_job_active``), in three while it runs (the primary
-key, ``wq_job_active``, ``wq_job_lease``) and in two once it ended (the primary key,
-``wq_job_finished``): eight index entries from insert to its end. No change of its status is
-HOT (``status`` is in the indexes' predicates): each writes a new entry in every index the new
-row version is in, so an index added here costs every job, not one query.
+A plain job (no workflow, no unique key, no flow control) is in four indexes while it waits:
+the primary key, ``wq_job_claim``, ``wq_job_active`` and ``wq_job_status_finished``. Every
+change of its status rewrites all the entries of the indexes it is in (``status`` is in their
+predicates, so no such update is HOT): an index added here costs every job, not one query.
 """
 
 from __future__ import annotations
@@ -267,15 +259,7 @@ class Job(models.Model):
                 name="wq_job_lease",
                 condition=models.Q(status="running"),
             ),
-            # Retention's batches and the lists of finished jobs by status (dead letters);
-            # partial: a job writes nothing here until it ends (see the module's docstring for
-            # its two arms).
-            models.Index(
-                fields=["status", "finished_at"],
-                name="wq_job_finished",
-                condition=models.Q(status__in=["succeeded", "failed", "cancelled"])
-                | models.Q(finished_at__isnull=False),
-            ),
+            models.Index(fields=["status", "finished_at"], name="wq_job_status_finished"),
             # A workflow's jobs (its page, its cascade, the foreign key's checks); partial: a
             # job outside any workflow, the most common kind, writes nothing here.
             models.Index(

@@ -1,11 +1,10 @@
 """The dead-letter queue grouped by error type (the type of a failed job's last error), and
 "redrive all like this".
 
-Grouping reads the most recent ``RECENT`` failed jobs only, newest first through the index of
-finished jobs (``wq_job_finished``, on ``(status, finished_at)``): the dashboard's cost does not
-grow with the queue. Redriving a group goes through every failed job with an error of the type
-(``disclosure.error_type_filter``: the type, never the text of a message), a batch at a time
-by id.
+Grouping reads the most recent ``RECENT`` failed jobs only, newest first through the
+``(status, finished_at)`` index: the dashboard's cost does not grow with the queue. Redriving a
+group goes through every failed job with an error of the type (``disclosure.error_type_filter``:
+the type, never the text of a message), a batch at a time by id.
 """
 
 from __future__ import annotations
@@ -43,10 +42,8 @@ def last_error_type(errors: Any) -> str:
 def dead_letter_groups(jobs: QuerySet[Job], recent: int = RECENT) -> list[DeadLetterGroup]:
     """The newest ``recent`` failed jobs of ``jobs`` by their last error's type, largest
     group first."""
-    # finished_at IS NOT NULL (every ended job has one): SQLite uses the partial index only
-    # when a term of the query implies its condition (PostgreSQL proves it from the status).
     rows = (
-        jobs.filter(status=Status.FAILED, finished_at__isnull=False)
+        jobs.filter(status=Status.FAILED)
         .order_by("-finished_at")
         .values_list("id", "errors")[:recent]
     )

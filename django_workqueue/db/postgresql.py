@@ -493,7 +493,7 @@ class PostgresDriver(Driver):
         (key after key, or a key's jobs in claim order), planned with sorting off.
 
         The planner picks between that index, read in order, and another index on ``status``
-        (wq_job_active) read whole and then sorted, by how many ready
+        (wq_job_active, wq_job_status_finished) read whole and then sorted, by how many ready
         rows the table's statistics promise. Statistics gathered while the table was empty or
         held finished jobs only promise about one, until autovacuum analyzes the table again,
         which may take a while (10% of its rows must change first): a burst of jobs then gets

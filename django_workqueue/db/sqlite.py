@@ -220,8 +220,8 @@ class SQLiteDriver(Driver):
         # One bounded subquery per queue, each walking wq_job_claim in order and stopping after
         # `limit` rows; one `queue IN (...)` scan would sort the whole ready set under the write
         # lock. `+status`: the unary plus keeps SQLite from reaching the rows to update through
-        # an index on status (the full one before migration 0017), which visits every ready row;
-        # the rows are the subquery's few ids, looked up by primary key.
+        # the index on status (wq_job_status_finished), which visits every ready row; the rows
+        # are the subquery's few ids, looked up by primary key.
         # A paused queue (a Queue row with paused_at) contributes nothing: its branch's
         # NOT EXISTS does not depend on the row, so SQLite evaluates it once per claim.
         order = "ORDER BY priority DESC, run_after, id LIMIT :limit"

@@ -15,7 +15,7 @@ What may be deleted (the rule that keeps workflows whole):
   workflow is never deleted, however old: a redrive or a later step may still read it.
 
 Each transaction deletes at most ``BATCH_SIZE`` jobs (their dependency edges go with them),
-found through the ``(status, finished_at)`` index of finished jobs (``wq_job_finished``) and the
+found through the ``(status, finished_at)`` index (``wq_job_status_finished``) and the
 workflows' ``(status, finished_at)`` index, oldest first, so that row locks stay short and a
 backlog is worked off batch by batch.
 """

@@ -347,35 +347,3 @@ def test_every_page_calls_the_app_workqueue(admin_client):
         html = admin_client.get(url).content.decode()
         assert "Workqueue" in html, url
         assert "Work queue" not in html and "WORK QUEUE" not in html, url
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_dead_letter_groups_read_the_index_of_finished_jobs_on_both_databases():
-    """The newest failed jobs come from the partial index of finished jobs, never from a scan
-    of the table and a sort: SQLite uses a partial index only when a term of the query implies
-    its condition, PostgreSQL when the status does."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from django_workqueue.admin.deadletters import dead_letter_groups
-
-    Job.objects.bulk_create(
-        Job(task_name="t", status="failed" if n % 10 == 0 else "succeeded",
-            finished_at=timezone.now())
-        for n in range(3000)
-    )  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
-    with CaptureQueriesContext(connection) as captured:
-        dead_letter_groups(Job.objects.all())
-    (sql,) = [q["sql"] for q in captured.captured_queries if Job._meta.db_table in q["sql"]]
-    explain = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET enable_seqscan = off")  # a small table: ask for an index
-        cursor.execute(explain + sql)
-        plan = " ".join(str(row[-1] if connection.vendor == "sqlite" else row[0])
-                        for row in cursor.fetchall())  # fmt: skip
-        if connection.vendor == "postgresql":
-            cursor.execute("RESET enable_seqscan")
-    assert "wq_job_finished" in plan, plan

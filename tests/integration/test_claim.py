@@ -241,8 +241,8 @@ def test_sqlite_claim_uses_the_claim_index(vendor):
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
 def test_sqlite_claim_updates_its_rows_by_primary_key(vendor, analyzed):
     """The claim's UPDATE looks up the ids its subquery picked by primary key and touches no
-    index on status, with or without statistics: through an index on status (the full one
-    before migration 0017) it would visit every ready row while it holds SQLite's one write
+    index on status, with or without statistics: through the index on status
+    (wq_job_status_finished) it would visit every ready row while it holds SQLite's one write
     lock, ~100 ms per million ready jobs, and every other writer, web requests too, would wait."""
     if vendor != "sqlite":
         pytest.skip("SQLite's planner; the PostgreSQL claim's plan is asserted above")
@@ -254,7 +254,7 @@ def test_sqlite_claim_updates_its_rows_by_primary_key(vendor, analyzed):
     for queues in (["default"], ["default", "mail"]):
         plan = explain_claim(queues, "EXPLAIN QUERY PLAN").splitlines()
         assert not [line for line in plan if "(status=?)" in line], plan
-        assert "wq_job_finished" not in " ".join(plan), plan
+        assert "wq_job_status_finished" not in " ".join(plan), plan
         assert [line for line in plan if "INTEGER PRIMARY KEY (rowid=?)" in line], plan
         assert [line for line in plan if "wq_job_claim" in line], plan
 

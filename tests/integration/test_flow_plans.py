@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)
 
 TABLE = Job._meta.db_table
 # What the planner could read ready rows through, and then sort them.
-UNORDERED = ("wq_job_active", "wq_job_finished", f"Seq Scan on {TABLE}")
+UNORDERED = ("wq_job_active", "wq_job_status_finished", f"Seq Scan on {TABLE}")
 
 
 @pytest.fixture(autouse=True)

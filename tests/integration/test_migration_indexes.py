@@ -1,5 +1,5 @@
-"""Migrations 0010 and 0017 change the jobs table's indexes without blocking its writes on
-PostgreSQL (``db/migration_ops.py``), and are reversible on both databases."""
+"""Migration 0010 changes the jobs table's indexes without blocking its writes on PostgreSQL
+(``db/migration_ops.py``), and is reversible on both databases."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from django_workqueue.db.migration_ops import ReplaceUniqueIndexConcurrently as ReplaceUnique
 from django_workqueue.models import Job
@@ -136,37 +135,3 @@ def test_a_rerun_after_a_failed_concurrent_build_drops_the_invalid_index_and_bui
             "ON c.oid = i.indexrelid WHERE c.relname LIKE 'wq_job_unique_active%%'"
         )
         assert cursor.fetchone()[0] is True
-
-
-def test_0017_goes_back_and_forth():
-    try:
-        call_command("migrate", APP, "0016_job_claimed_ahead", verbosity=0)
-        before = indexes()
-        assert "wq_job_status_finished" in before and "wq_job_finished" not in before
-        assert "WHERE" not in index_sql("wq_job_status_finished")  # every row
-
-        call_command("migrate", APP, "0017_job_finished_partial_index", verbosity=0)
-    finally:
-        call_command("migrate", verbosity=0)
-
-    after = indexes()
-    assert "wq_job_status_finished" not in after
-    assert after["wq_job_finished"]["columns"] == ["status", "finished_at"]
-    condition = index_sql("wq_job_finished").split("WHERE")[1]
-    assert "finished_at" in condition and "succeeded" in condition
-
-
-def test_0017_a_waiting_or_running_job_is_not_in_the_finished_jobs_index():
-    """A job enters the (status, finished_at) index only when it ends: no entry at enqueue and
-    none at the claim (PostgreSQL writes every index a row version is in)."""
-    Job.objects.create(task_name="t", status="ready")
-    Job.objects.create(task_name="t", status="running")
-    Job.objects.create(task_name="t", status="failed", finished_at=timezone.now())
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT status FROM {Job._meta.db_table} WHERE {index_condition()}")
-        assert [row[0] for row in cursor.fetchall()] == ["failed"]
-
-
-def index_condition() -> str:
-    """wq_job_finished's condition, as SQL this database runs."""
-    return index_sql("wq_job_finished").split("WHERE", 1)[1].strip().rstrip(";")

@@ -216,7 +216,7 @@ def test_only_the_worker_holding_the_lease_purges():
 
 
 @pytest.mark.postgres_only
-def test_the_batch_query_walks_the_finished_jobs_index():
+def test_the_batch_query_walks_the_status_finished_at_index():
     """On PostgreSQL, where the planner's choice on a realistic table is what is checked."""
     Job.objects.bulk_create(
         Job(task_name="t", status=Status.SUCCEEDED, finished_at=days_ago(1 if n % 100 else 9))
@@ -228,7 +228,7 @@ def test_the_batch_query_walks_the_finished_jobs_index():
 
     plan = candidates.order_by("finished_at").values_list("pk", flat=True)[:1000].explain()
 
-    assert "wq_job_finished" in plan, plan
+    assert "wq_job_status_finished" in plan, plan
 
 
 def test_a_workers_run_stops_after_its_batches_and_comes_back_soon_for_the_rest(monkeypatch):
