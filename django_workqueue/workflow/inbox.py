@@ -10,7 +10,10 @@ Nothing is lost between a body that found no signal and the write that parks it:
 takes the job's row first (the sender locks it before it looks at the status; the park's UPDATE
 holds it), and the park looks for kept signals again after its write, in its transaction
 (``wake_kept``): either the sender sees the job waiting and wakes it, or the park sees the
-signal and does not wait.
+signal and does not wait. A run whose worker lost the job's lease may still answer the wait
+(``attempt/checkpoints.py`` lets two runs of a job overlap); if it does so between the current
+run's look and its park, the park finds the wait answered and wakes the job, which reads the
+stored answer.
 
 Timeouts: the promoter wakes waiting jobs whose wait's ``wakes_at`` passed (``time_out``);
 their body then gets ``SignalTimeout`` at the call.
@@ -112,16 +115,19 @@ def take(alias: str, job_id: int, workflow_id: int | None, name: str) -> tuple[b
 
 def wake_kept(alias: str, job_ids: Iterable[int]) -> int:
     """Wake the jobs among ``job_ids`` that are waiting for a signal already kept for them
-    (sent while their body was deciding to wait). Call it after the park's write, in its
-    transaction."""
+    (sent while their body was deciding to wait), or whose wait is no longer open: another
+    run of the job (one whose worker lost the lease and went on) answered it while this one
+    found nothing to take, and nothing else would ever wake it; woken, the body reads the
+    stored answer. Call it after the park's write, in its transaction."""
     kept = Signal.objects.using(alias).filter(
         Q(job=OuterRef("job_id")) | Q(workflow=OuterRef("job__workflow_id")),
         name=OuterRef("signal"),
         delivered_at__isnull=True,
     )
     waits = _open_waits().filter(Exists(kept))
-    return _wake(Job.objects.using(alias).filter(Exists(waits), pk__in=list(job_ids),
-                                                 status=Status.WAITING))  # fmt: skip
+    return _wake(Job.objects.using(alias).filter(
+        Exists(waits) | ~Exists(_open_waits()), pk__in=list(job_ids), status=Status.WAITING,
+    ))  # fmt: skip
 
 
 def time_out(alias: str, now: datetime | None = None, limit: int = 1000) -> int:

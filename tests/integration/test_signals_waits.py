@@ -190,6 +190,37 @@ def test_a_signal_sent_while_the_body_decides_to_wait_still_wakes_it(drain, monk
     assert (job.status, job.attempt, job.result[1]) == (Status.SUCCEEDED, 2, "meanwhile")
 
 
+def test_a_wait_answered_by_a_stale_run_while_the_current_one_parks_still_wakes_it(
+    drain, monkeypatch
+):
+    """A run that lost the job's lease (its worker stalled) answers the wait between the
+    current run's look for a signal, which found none, and its park: the park sees the wait
+    answered and wakes the job, which then takes the stored answer. Parked, nothing would ever
+    wake it (the fault battery on SQLite found such a job waiting for good)."""
+    take = inbox.take
+
+    def stale_run_answers_meanwhile(alias, job_id, workflow_id, name):
+        found = take(alias, job_id, workflow_id, name)
+        if not found[0] and not Signal.objects.exists():
+            operations.send_signal(job_id, name, "to the stale run")  # running: kept
+            _, payload = take(alias, job_id, workflow_id, name)  # the stale run takes it
+            open_wait = Checkpoint.objects.filter(
+                job_id=job_id, kind=Checkpoint.Kind.WAIT, result__isnull=True
+            )
+            assert open_wait.update(result={"payload": payload}) == 1  # and answers the wait
+        return found
+
+    monkeypatch.setattr(inbox, "take", stale_run_answers_meanwhile)
+    job = durable_tasks.waits_for_approval.enqueue()
+
+    drain()
+
+    job = fresh(job)
+    assert job.status == Status.SUCCEEDED
+    assert job.result[1] == "to the stale run"
+    assert Signal.objects.get().delivered_to == job.pk
+
+
 def test_a_signal_to_a_workflow_is_taken_by_one_of_its_jobs_waits(drain):
     workflow = group(durable_tasks.waits_for_approval.s(), durable_tasks.runs_a_step.s("a", 1))
     workflow = workflow.enqueue()
