@@ -34,10 +34,14 @@ class Service:
     def due(self, at: float) -> bool:
         return at >= self.next_run
 
+    def advance(self, at: float) -> None:
+        """Plan the next run after one that starts at ``at``."""
+        # ±20% jitter keeps the workers of a fleet from running a service in lockstep.
+        self.next_run = at + self.interval * random.uniform(0.8, 1.2)
+
     def run_if_due(self, at: float | None = None) -> int:
         at = time.monotonic() if at is None else at
         if not self.due(at):
             return 0
-        # ±20% jitter keeps the workers of a fleet from running a service in lockstep.
-        self.next_run = at + self.interval * random.uniform(0.8, 1.2)
+        self.advance(at)
         return self.run_once()

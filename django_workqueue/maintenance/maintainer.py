@@ -55,6 +55,8 @@ RELEASED = "workqueue:maintenance-released"
 
 #: The holder renews the lease this many times per lease length.
 RENEWALS_PER_LEASE = 3
+#: How long a stopping maintainer waits for retention's batch under way (one transaction).
+RETENTION_STOP_SECONDS = 10.0
 
 
 class Maintainer:
@@ -74,6 +76,7 @@ class Maintainer:
         wake: Callable[[], None] = lambda: None,
         standby: Callable[[], bool] = lambda: True,
         stand_by: Callable[[bool], None] = lambda wanted: None,
+        thread_start: Callable[[], None] = lambda: None,
     ) -> None:
         self.alias = alias
         self.owner = owner
@@ -85,6 +88,9 @@ class Maintainer:
         (``WORKQUEUE["MAINTAINER_STANDBYS"]``, where a watch costs a connection)."""
         self.stand_by = stand_by
         """Asks for a standby slot (True) or gives it up (False: this worker maintains)."""
+        self.thread_start = thread_start
+        """Called first on a thread the maintainer starts (retention's): the worker names
+        the thread's database sessions after itself."""
         self._standing_by = True  # what was last asked of stand_by (the listener asks first)
         self._tokenless_wait = 0.0  # how soon to look again at a holder showing no token yet
         self._known: Holder | None = None  # the holder as liveness last saw it
@@ -144,8 +150,8 @@ class Maintainer:
         if self.scheduler.due(at):
             ready |= self._schedule(at, listening) > 0
             self._ran("scheduler")
-        if self.retention.due(at):
-            self.retention.run_if_due(at)
+        if self.retention.due(at):  # in the background: its bulk deletes take seconds
+            self.retention.start(at, more=self.wake, thread_start=self.thread_start)
             self._ran("retention")
         return ready
 
@@ -178,6 +184,8 @@ class Maintainer:
         self.next_check = math.inf
         if self._watch is not None:
             self._watch.stop()
+        if not self.retention.stop(timeout=RETENTION_STOP_SECONDS):
+            logger.warning("retention still deleting a batch: left to end on its own")
         released = self.leadership.release()
         if released:
             logger.info("%s released the maintenance lease", self.owner)

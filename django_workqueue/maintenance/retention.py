@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
@@ -119,11 +120,13 @@ def purge(
     now: datetime | None = None,
     on_batch: Callable[[int], None] | None = None,
     max_batches: int | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Purged:
     """Delete every finished job (and workflow) past its retention, ``BATCH_SIZE`` jobs per
     transaction; return the counts. ``on_batch(jobs)`` is called after each committed batch
-    (a progress bar); ``max_batches`` stops after that many (``Purged.more`` then says so).
-    ``now`` replaces the database's clock (tests).
+    (a progress bar); ``max_batches`` stops after that many, and ``stopping()`` (asked before
+    each batch) once it is true (``Purged.more`` then says so). ``now`` replaces the
+    database's clock (tests).
 
     >>> purge(policy=Policy.from_days({"succeeded": 1}))
     """
@@ -134,7 +137,7 @@ def purge(
     workflows = batches = 0
 
     def budget_left() -> bool:
-        return max_batches is None or batches < max_batches
+        return (max_batches is None or batches < max_batches) and not stopping()
 
     # Rounds until one deletes nothing: a prerequisite becomes deletable once its dependents
     # (of any status) are gone.
@@ -282,7 +285,12 @@ def _delete_jobs(jobs: QuerySet[Job]) -> int:
 
 
 class Retention(Service):
-    """The retention service: purges on its interval while its worker holds the lease."""
+    """The retention service: purges on its interval while its worker holds the lease.
+
+    The fleet's maintainer runs it in the background (``start``), on a thread and a database
+    connection of its own, one run at a time: a run deletes up to ``BATCHES_PER_RUN`` batches,
+    seconds of bulk deletes that would otherwise keep the worker's control thread from its
+    claims and leases (its slots idle, one worker's drain dipping once a minute)."""
 
     name = "retention"
 
@@ -294,6 +302,59 @@ class Retention(Service):
             else None
         )
         """None: run without asking (tests, ``workqueue purge``)."""
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def running(self) -> bool:
+        """Whether a background run (``start``) is under way."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def due(self, at: float) -> bool:
+        return not self.running and super().due(at)
+
+    def start(
+        self,
+        at: float,
+        *,
+        more: Callable[[], None] = lambda: None,
+        thread_start: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Run once on a thread of its own (the next run planned now, on the caller's
+        thread, so that the caller never starts a second). That thread calls
+        ``thread_start()`` first (a worker names the thread's database session after itself)
+        and ``more()`` when a backlog is left for a run soon (``BACKLOG_PAUSE``), to wake a
+        caller that sleeps until its next duty."""
+        self.advance(at)
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run_in_background, args=(thread_start, more),
+            name="workqueue-retention", daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop a background run after its current batch (each batch is one transaction:
+        nothing is half deleted) and wait up to ``timeout`` seconds; return whether it ended."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return not self.running
+
+    def _run_in_background(
+        self, thread_start: Callable[[], None], more: Callable[[], None]
+    ) -> None:
+        try:
+            thread_start()
+            self.run_once()
+        except Exception:  # a failed run is retried at the next interval
+            logger.exception("retention failed; it runs again in %.0f s", self.interval)
+        else:
+            if self.next_run < time.monotonic() + self.interval / 2:
+                more()
+        finally:
+            connections.close_all()  # this thread's connections only
 
     def run_once(self, now: datetime | None = None) -> int:
         """Purge once if this worker holds (or takes) the retention lease; return how many
@@ -302,8 +363,10 @@ class Retention(Service):
             return 0  # everything is kept forever: nothing to lead
         if self.leadership is not None and not self.leadership.hold(now):
             return 0
-        result = purge(alias=self.alias, now=now, max_batches=BATCHES_PER_RUN)
-        if result.more:  # a backlog: go on soon, between the worker's other duties
+        result = purge(
+            alias=self.alias, now=now, max_batches=BATCHES_PER_RUN, stopping=self._stop.is_set
+        )
+        if result.more and not self._stop.is_set():  # a backlog: go on soon
             self.next_run = time.monotonic() + BACKLOG_PAUSE
         return result.total
 

@@ -5,7 +5,8 @@ reaper, scheduler, retention: run by the one worker of the fleet that holds the 
 lease, see ``maintenance/maintainer.py``) and the completion writes on one connection; N slot
 threads run jobs, one connection each; PostgreSQL adds one LISTEN connection. That is the
 connection budget: concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or
-an autoscaling ceiling; see ``slots.py``).
+an autoscaling ceiling; see ``slots.py``), and one more on the maintainer while retention runs
+(on a thread of its own: its bulk deletes take seconds, which the claims must not wait for).
 
 Completions are batched: a slot hands its outcome to the control thread and is free at once;
 the control thread writes every outcome that has piled up in one fenced statement, then claims
@@ -167,6 +168,7 @@ class Worker:
         self.maintainer = Maintainer(
             self.alias, self.id, listening=self._listening, running=self._running_ids,
             wake=self.wake.set, standby=self._standby, stand_by=self._stand_by,
+            thread_start=self._serve_this_thread,
         )  # fmt: skip
         self._error_backoff = 0.0
         self._connection_lost = False  # the last pass failed because the connection is gone
@@ -753,8 +755,12 @@ class Worker:
 
     # --- slots ----------------------------------------------------------------------------
 
-    def _slot(self) -> None:
+    def _serve_this_thread(self) -> None:
+        """The calling thread serves this worker: its connections are named after it."""
         serving.worker = self
+
+    def _slot(self) -> None:
+        self._serve_this_thread()
         generation = self._db_generation
         child = self.processes.slot(self.slot_host()) if self.processes is not None else None
         while True:

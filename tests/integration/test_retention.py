@@ -5,6 +5,7 @@ prerequisites only after their dependents. The clock is the ``now`` each call is
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from django_workqueue.models import Dependency, Job, Workflow
 from django_workqueue.states import Status
 from tests.support.factories import JobFactory
 from tests.support.settings import workqueue_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -254,3 +256,64 @@ def test_purge_reports_when_it_stopped_at_its_batch_limit():
 
     assert (first.total, first.more) == (1000, True)
     assert (purge(now=NOW, max_batches=1).total, Job.objects.exists()) == (1, False)
+
+
+def test_purge_stops_before_the_next_batch_once_asked():
+    Job.objects.bulk_create(
+        Job(task_name="t", status=Status.SUCCEEDED, finished_at=days_ago(8)) for _ in range(1_001)
+    )
+    batches = []
+
+    stopped = purge(now=NOW, on_batch=batches.append, stopping=lambda: bool(batches))
+
+    assert (batches, stopped.total, stopped.more) == ([1000], 1000, True)
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_maintainers_retention_runs_beside_the_workers_claims(background_worker, monkeypatch):
+    """A run of retention (seconds of bulk deletes at a churning fleet's rates) runs on a thread
+    of its own: the worker that maintains goes on claiming and finishing jobs meanwhile, and
+    stopping it stops retention after its batch under way."""
+    from django.db import connections
+
+    from testproject.testapp.tasks import add
+
+    deleting, release = threading.Event(), threading.Event()
+    threads, names = [], []
+
+    def slow_purge(**kwargs):
+        threads.append(threading.current_thread().name)
+        if connection.vendor == "postgresql":  # its session is named after the worker
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_setting('application_name')")
+                names.append(cursor.fetchone()[0])
+        deleting.set()
+        release.wait(30)  # a long batch, until the test has seen the worker go on
+        connections.close_all()
+        return Purged(jobs={}, workflows=0, more=kwargs["stopping"]())
+
+    monkeypatch.setattr(retention, "purge", slow_purge)
+    worker = background_worker(concurrency=2)
+    wait_until(lambda: worker.maintainer.leading, message="the lone worker to maintain")
+    worker.maintainer.retention.next_run = 0.0  # due now
+    worker.wake.set()
+    assert deleting.wait(10), "retention did not start"
+
+    jobs = [add.enqueue(n, 1) for n in range(5)]
+    try:
+        wait_until(
+            lambda: (
+                Job.objects.filter(pk__in=[j.pk for j in jobs], status="succeeded").count()
+                == len(jobs)
+            ),
+            timeout=15,
+            message="the worker to finish jobs while retention deletes",
+        )
+        assert worker.maintainer.retention.running
+    finally:
+        release.set()
+    assert threads == ["workqueue-retention"]
+    assert names == ([worker.session_name] if connection.vendor == "postgresql" else [])
+    worker.stop()
+    wait_until(lambda: not worker.maintainer.retention.running, message="retention to stop")
