@@ -67,6 +67,17 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
         release_server_connections(connection.settings_dict["NAME"])
 
 
+@pytest.fixture(autouse=True)
+def _no_retention_thread_left() -> Iterator[None]:
+    """A run of retention a test started in the background (a maintainer's, on PostgreSQL)
+    ends within the test: left running, it would delete in the next test's tables."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "workqueue-retention":
+            thread.join(10)
+            assert not thread.is_alive(), "a run of retention outlived its test"
+
+
 @pytest.fixture
 def small_pooler() -> Iterator[Pooler]:
     """A PgBouncer of this test's own (transaction pooling, 2 server connections per database)

@@ -55,8 +55,6 @@ RELEASED = "workqueue:maintenance-released"
 
 #: The holder renews the lease this many times per lease length.
 RENEWALS_PER_LEASE = 3
-#: How long a stopping maintainer waits for retention's batch under way (one transaction).
-RETENTION_STOP_SECONDS = 10.0
 
 
 class Maintainer:
@@ -150,8 +148,16 @@ class Maintainer:
         if self.scheduler.due(at):
             ready |= self._schedule(at, listening) > 0
             self._ran("scheduler")
-        if self.retention.due(at):  # in the background: its bulk deletes take seconds
-            self.retention.start(at, more=self.wake, thread_start=self.thread_start)
+        if self.retention.due(at):
+            if driver_for(self.alias).supports_separate_commit:
+                # In the background: its bulk deletes take seconds, which claims must not wait
+                # for. (SQLite: inline, a second writer would only queue behind it.)
+                self.retention.start(
+                    at, more=self.wake, thread_start=self.thread_start,
+                    leading=lambda: self.leading,
+                )  # fmt: skip
+            else:
+                self.retention.run_if_due(at)
             self._ran("retention")
         return ready
 
@@ -184,12 +190,20 @@ class Maintainer:
         self.next_check = math.inf
         if self._watch is not None:
             self._watch.stop()
-        if not self.retention.stop(timeout=RETENTION_STOP_SECONDS):
-            logger.warning("retention still deleting a batch: left to end on its own")
+        self.retention.stop()  # after its batch under way: see ``finish``
         released = self.leadership.release()
         if released:
             logger.info("%s released the maintenance lease", self.owner)
         return released
+
+    def finish(self, timeout: float) -> None:
+        """At the end of a worker's drain: wait up to ``timeout`` seconds (at least a moment)
+        for a run of retention under way to end its batch (``release`` asked it to stop)."""
+        if not self.retention.join(max(1.0, timeout)):
+            logger.warning(
+                "%s: retention still deleting a batch at exit (one transaction: rolled back "
+                "if the process ends first)", self.owner,
+            )  # fmt: skip
 
     # --- internals ----------------------------------------------------------------------------
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
@@ -50,8 +51,9 @@ BATCH_SIZE = 1000
 #: How often the holder of the retention lease runs it (seconds); the lease lasts three runs.
 INTERVAL = 60.0
 LEASE_RUNS = 3
-#: A worker's run stops after this many batches, so that its control thread gets back to
-#: claims and lease renewals within a few seconds; a backlog goes on after ``BACKLOG_PAUSE``.
+#: A worker's run stops after this many batches (a few seconds), so that a backlog is worked
+#: off in runs that each end soon (a stopping worker waits for the batch under way, SQLite's
+#: control thread for the run); a backlog goes on after ``BACKLOG_PAUSE``.
 BATCHES_PER_RUN = 10
 BACKLOG_PAUSE = 1.0
 
@@ -287,14 +289,22 @@ def _delete_jobs(jobs: QuerySet[Job]) -> int:
 class Retention(Service):
     """The retention service: purges on its interval while its worker holds the lease.
 
-    The fleet's maintainer runs it in the background (``start``), on a thread and a database
-    connection of its own, one run at a time: a run deletes up to ``BATCHES_PER_RUN`` batches,
-    seconds of bulk deletes that would otherwise keep the worker's control thread from its
-    claims and leases (its slots idle, one worker's drain dipping once a minute)."""
+    Where the database admits writers side by side (PostgreSQL), the fleet's maintainer runs
+    it in the background (``start``), on a thread and a database connection of its own, one
+    run at a time: a run deletes up to ``BATCHES_PER_RUN`` batches, seconds of bulk deletes
+    that would otherwise keep the worker's control thread from its claims and leases (its
+    slots idle, one worker's drain dipping once a minute). SQLite has one writer at a time:
+    there a thread would only queue the control thread's writes behind its batches (and past
+    their busy timeout), so the maintainer runs it inline (``run_if_due``)."""
 
     name = "retention"
+    _thread: threading.Thread | None = None
 
     def __init__(self, alias: str, interval: float = INTERVAL, owner: str | None = None) -> None:
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = threading.Event()
+        self._stopping: Callable[[], bool] = self._stop.is_set
         super().__init__(alias, interval)
         self.leadership = (
             Leadership(alias, self.name, owner=owner, seconds=interval * LEASE_RUNS)
@@ -302,16 +312,21 @@ class Retention(Service):
             else None
         )
         """None: run without asking (tests, ``workqueue purge``)."""
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+
+    @property
+    def next_run(self) -> float:
+        """When the next run is due (monotonic); never while a background run is under way
+        (its thread wakes the caller when it ends)."""
+        return math.inf if self.running else self._next_run
+
+    @next_run.setter
+    def next_run(self, value: float) -> None:
+        self._next_run = value
 
     @property
     def running(self) -> bool:
         """Whether a background run (``start``) is under way."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def due(self, at: float) -> bool:
-        return not self.running and super().due(at)
+        return not self._idle.is_set()
 
     def start(
         self,
@@ -319,42 +334,57 @@ class Retention(Service):
         *,
         more: Callable[[], None] = lambda: None,
         thread_start: Callable[[], None] = lambda: None,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Run once on a thread of its own (the next run planned now, on the caller's
-        thread, so that the caller never starts a second). That thread calls
+        """Run once on a thread of its own; ``due`` is false until it ends. That thread calls
         ``thread_start()`` first (a worker names the thread's database session after itself)
-        and ``more()`` when a backlog is left for a run soon (``BACKLOG_PAUSE``), to wake a
-        caller that sleeps until its next duty."""
+        and ``more()`` last, to wake a caller that sleeps until its next duty (a backlog goes
+        on after ``BACKLOG_PAUSE``). The run stops after its batch under way once ``stop`` is
+        asked or ``leading()`` turns false (another worker maintains now)."""
         self.advance(at)
         self._stop.clear()
+        self._stopping = lambda: self._stop.is_set() or not leading()
+        self._idle.clear()
         self._thread = threading.Thread(
             target=self._run_in_background, args=(thread_start, more),
             name="workqueue-retention", daemon=True,
         )  # fmt: skip
         self._thread.start()
 
-    def stop(self, timeout: float) -> bool:
-        """Stop a background run after its current batch (each batch is one transaction:
-        nothing is half deleted) and wait up to ``timeout`` seconds; return whether it ended."""
+    def stop(self) -> None:
+        """Ask a background run to stop after its batch under way (each batch is one
+        transaction: nothing is half deleted); ``join`` waits for it."""
         self._stop.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a background run to end; return whether none
+        is under way."""
         thread = self._thread
         if thread is not None:
-            thread.join(timeout)
+            thread.join(max(0.0, timeout))
         return not self.running
 
     def _run_in_background(
         self, thread_start: Callable[[], None], more: Callable[[], None]
     ) -> None:
+        began = time.monotonic()
         try:
             thread_start()
             self.run_once()
-        except Exception:  # a failed run is retried at the next interval
-            logger.exception("retention failed; it runs again in %.0f s", self.interval)
-        else:
-            if self.next_run < time.monotonic() + self.interval / 2:
-                more()
+        except (OperationalError, InterfaceError) as exc:  # the database: down, or locked
+            logger.warning("retention: %s; it runs again within %.0f s", exc, self.interval)
+        except Exception:  # anything else is a defect: its traceback, and the next run
+            logger.exception("retention failed; it runs again within %.0f s", self.interval)
         finally:
-            connections.close_all()  # this thread's connections only
+            try:
+                connections.close_all()  # this thread's connections only
+            except Exception as exc:
+                logger.warning("retention: could not close its connection: %s", exc)
+            seconds = time.monotonic() - began
+            if seconds > self.interval:
+                logger.warning("retention: a run took %.0f s, over its interval", seconds)
+            self._idle.set()  # before more(): the pass it wakes sees the run ended
+            more()
 
     def run_once(self, now: datetime | None = None) -> int:
         """Purge once if this worker holds (or takes) the retention lease; return how many
@@ -363,10 +393,9 @@ class Retention(Service):
             return 0  # everything is kept forever: nothing to lead
         if self.leadership is not None and not self.leadership.hold(now):
             return 0
-        result = purge(
-            alias=self.alias, now=now, max_batches=BATCHES_PER_RUN, stopping=self._stop.is_set
-        )
-        if result.more and not self._stop.is_set():  # a backlog: go on soon
+        stopping = self._stopping
+        result = purge(alias=self.alias, now=now, max_batches=BATCHES_PER_RUN, stopping=stopping)
+        if result.more and not stopping():  # a backlog: go on soon
             self.next_run = time.monotonic() + BACKLOG_PAUSE
         return result.total
 

@@ -1,8 +1,9 @@
 """The worker: a control loop that claims into N slots, renews leases and runs maintenance.
 
 One control thread does the claiming, the heartbeat, the maintenance services (promoter,
-reaper, scheduler, retention: run by the one worker of the fleet that holds the maintenance
-lease, see ``maintenance/maintainer.py``) and the completion writes on one connection; N slot
+reaper, scheduler, and retention, which on PostgreSQL it starts on a thread of its own: run by
+the one worker of the fleet that holds the maintenance lease, see ``maintenance/maintainer.py``)
+and the completion writes on one connection; N slot
 threads run jobs, one connection each; PostgreSQL adds one LISTEN connection. That is the
 connection budget: concurrency + 2 (the slots: a fixed number, the sum of per-queue budgets, or
 an autoscaling ceiling; see ``slots.py``), and one more on the maintainer while retention runs

@@ -96,6 +96,7 @@ class Shutdown:
                 self.listener.join(timeout=2.0)  # type: ignore[attr-defined]
         if self.loop is not None:
             self.loop.close()
+        self.maintainer.finish(deadline - time.monotonic())
         try:
             self.registration.unregister()
         except Exception as exc:

@@ -10,7 +10,8 @@ connect as a role without superuser rights, so its ``CONNECTION LIMIT`` applies 
 Pass criteria:
 
 - budget: a worker at ``--concurrency 8`` running ``atomic=True`` jobs (each slot holds a
-  connection while its job runs) has at most 11 named backends in every sample, and at least 9
+  connection while its job runs) has at most 10 named backends (11 in a few samples: the
+  maintainer's retention run) in every sample, and at least 9
   at the peak (the count sees its slots); 0 other client backends older than 1 s appear in the
   jobs database (every connection it opens is named, right after it connects); the same holds
   after every backend of it is terminated mid-run (reconnecting leaks nothing). Fast 80 jobs,
@@ -42,9 +43,11 @@ from .pgcluster import PostgresCluster, StartWorker
 pytestmark = [pytest.mark.chaos, pytest.mark.acceptance, pytest.mark.postgres_only]
 
 CONCURRENCY = 8
-# The slots, the control thread, the listener, and retention's thread while it runs: this lone
-# worker is the fleet's maintainer.
-BUDGET = CONCURRENCY + 3
+BUDGET = CONCURRENCY + 2  # the slots, the control thread, the listener
+# This lone worker is the fleet's maintainer: retention's thread adds one connection while a
+# run deletes (milliseconds here, once a minute), so a few samples may see BUDGET + 1; a
+# connection leaked would show in most samples after it.
+RETENTION = 1
 BUDGET_JOBS = size(80, 800)
 REFUSAL_SECONDS = size(8, 30)
 MAX_ATTEMPTS_PER_SECOND = 5.0
@@ -91,7 +94,9 @@ def test_a_busy_worker_stays_within_concurrency_plus_two(
         terminated=terminated, reruns=report.duplicate_attempts,
     )  # fmt: skip
     assert terminated >= CONCURRENCY, f"only {terminated} of its backends were terminated"
-    assert peak <= BUDGET, f"{peak} connections at concurrency {CONCURRENCY}: over {BUDGET}"
+    over = sum(count > BUDGET for count in samples)
+    assert peak <= BUDGET + RETENTION, f"{peak} connections at concurrency {CONCURRENCY}"
+    assert over <= max(3, len(samples) // 20), f"{over} of {len(samples)} samples over {BUDGET}"
     assert peak >= CONCURRENCY + 1, f"the count saw only {peak} of its backends"
     assert not strangers, f"backends without the worker's name: {strangers}"
 

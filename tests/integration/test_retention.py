@@ -5,6 +5,7 @@ prerequisites only after their dependents. The clock is the ``now`` each call is
 from __future__ import annotations
 
 import datetime as dt
+import math
 import threading
 import time
 
@@ -270,35 +271,49 @@ def test_purge_stops_before_the_next_batch_once_asked():
     assert Job.objects.count() == 1
 
 
+class BlockedPurge:
+    """Stands in for ``purge``: a batch that lasts until ``release`` is set or the run is asked
+    to stop (what it saw is kept)."""
+
+    def __init__(self) -> None:
+        self.deleting, self.release = threading.Event(), threading.Event()
+        self.threads: list[str] = []
+        self.names: list[str] = []
+        self.saw_stop = False
+
+    def __call__(self, **kwargs) -> Purged:
+        from django.db import connections
+
+        self.threads.append(threading.current_thread().name)
+        if connection.vendor == "postgresql":  # its session is named after the worker
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_setting('application_name')")
+                self.names.append(cursor.fetchone()[0])
+        self.deleting.set()
+        deadline = time.monotonic() + 30
+        while not self.release.wait(0.01) and time.monotonic() < deadline:
+            if kwargs["stopping"]():
+                self.saw_stop = True
+                break
+        connections.close_all()
+        return Purged(jobs={}, workflows=0, more=True)
+
+
+@pytest.mark.postgres_only  # SQLite, one writer at a time, runs it inline (the next test)
 @pytest.mark.django_db(transaction=True)
 def test_the_maintainers_retention_runs_beside_the_workers_claims(background_worker, monkeypatch):
     """A run of retention (seconds of bulk deletes at a churning fleet's rates) runs on a thread
     of its own: the worker that maintains goes on claiming and finishing jobs meanwhile, and
-    stopping it stops retention after its batch under way."""
-    from django.db import connections
-
+    stopping the worker stops the run after its batch under way."""
     from testproject.testapp.tasks import add
 
-    deleting, release = threading.Event(), threading.Event()
-    threads, names = [], []
-
-    def slow_purge(**kwargs):
-        threads.append(threading.current_thread().name)
-        if connection.vendor == "postgresql":  # its session is named after the worker
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT current_setting('application_name')")
-                names.append(cursor.fetchone()[0])
-        deleting.set()
-        release.wait(30)  # a long batch, until the test has seen the worker go on
-        connections.close_all()
-        return Purged(jobs={}, workflows=0, more=kwargs["stopping"]())
-
-    monkeypatch.setattr(retention, "purge", slow_purge)
+    blocked = BlockedPurge()
+    monkeypatch.setattr(retention, "purge", blocked)
     worker = background_worker(concurrency=2)
     wait_until(lambda: worker.maintainer.leading, message="the lone worker to maintain")
     worker.maintainer.retention.next_run = 0.0  # due now
     worker.wake.set()
-    assert deleting.wait(10), "retention did not start"
+    assert blocked.deleting.wait(10), "retention did not start"
 
     jobs = [add.enqueue(n, 1) for n in range(5)]
     try:
@@ -311,9 +326,61 @@ def test_the_maintainers_retention_runs_beside_the_workers_claims(background_wor
             message="the worker to finish jobs while retention deletes",
         )
         assert worker.maintainer.retention.running
+        worker.stop()  # asks the run to stop; the worker's drain waits for it
+        wait_until(lambda: not worker.maintainer.retention.running, message="retention to stop")
     finally:
-        release.set()
-    assert threads == ["workqueue-retention"]
-    assert names == ([worker.session_name] if connection.vendor == "postgresql" else [])
-    worker.stop()
-    wait_until(lambda: not worker.maintainer.retention.running, message="retention to stop")
+        blocked.release.set()
+    assert (blocked.threads, blocked.saw_stop) == (["workqueue-retention"], True)
+    assert blocked.names == [worker.session_name]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_the_maintainer_runs_retention_between_its_passes():
+    """SQLite admits one writer at a time: a thread of retention's own would only queue the
+    control thread's writes behind its batches, so the maintainer runs it inline."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's one writer (PostgreSQL: the test above)")
+    from django_workqueue.maintenance.maintainer import Maintainer
+
+    old = JobFactory(status="succeeded", finished_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    maintainer = Maintainer("default", "a", listening=lambda: False)
+    maintainer.run_if_due()  # takes the lease
+    maintainer.retention.next_run = 0.0
+
+    maintainer.run_if_due()
+
+    assert not maintainer.retention.running and not Job.objects.filter(pk=old.pk).exists()
+    maintainer.release()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_run_is_never_due_again_until_it_ends_then_wakes_its_caller(monkeypatch):
+    """While a run is under way its planned time may pass (a long run): the service must not
+    look due, or a caller that sleeps until its next duty would never sleep."""
+    blocked = BlockedPurge()
+    monkeypatch.setattr(retention, "purge", blocked)
+    woken = threading.Event()
+    service = Retention("default", interval=0.01)
+    service.start(time.monotonic(), more=woken.set)
+    assert blocked.deleting.wait(10)
+    time.sleep(0.05)  # past the planned next run (interval 0.01 s)
+
+    assert (service.next_run, service.due(time.monotonic() + 3600)) == (math.inf, False)
+    blocked.release.set()
+    assert woken.wait(10) and service.join(10)
+    assert service.next_run <= time.monotonic() + retention.BACKLOG_PAUSE  # more=True: soon
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_run_stops_after_its_batch_once_its_worker_no_longer_leads(monkeypatch):
+    blocked = BlockedPurge()
+    monkeypatch.setattr(retention, "purge", blocked)
+    leads = [True]
+    service = Retention("default", interval=60)
+    service.start(time.monotonic(), leading=lambda: leads[0])
+    assert blocked.deleting.wait(10)
+
+    leads[0] = False
+
+    assert service.join(10) and blocked.saw_stop
+    assert service.next_run > time.monotonic() + 30  # no backlog run soon: another leads
