@@ -550,21 +550,33 @@ class PostgresDriver(Driver):
         the candidate set an optimisation fence: computed and locked once, before the UPDATE.
         A paused queue (a Queue row with paused_at) is dropped before its branch runs: one
         primary-key probe of a tiny table per queue, in this statement, so a pause holds
-        from the next claim of every worker on, with no cache to refresh or notify."""
+        from the next claim of every worker on, with no cache to refresh or notify.
+
+        Written to be planned once (``_prepared``): PostgreSQL keeps a prepared statement's
+        generic plan once its estimated cost is no dearer than the custom plans' it made for
+        the first five calls. Planned with their values, the queues and the limit made every
+        custom plan look cheaper (the generic plan guesses ten queues and 10% of the ready
+        rows under a ``LIMIT $n``), so each call was planned again, which cost more than
+        running it (docs/explanation/performance.md, "The pass planned once"). As
+        uncorrelated subqueries (``(SELECT %(limit)s)``, run once per statement) they are
+        unknown to every plan, custom or generic, so both are estimated alike and the generic
+        one is kept. The limit's 10% guess then overestimates ``picked``: the UPDATE reads
+        its rows as one array probing the primary key, a plan that holds whatever the
+        estimate, where a join could hash the whole table to meet a few dozen rows."""
         return (
             f"picked AS MATERIALIZED ("
-            f"SELECT c.id FROM (SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name) "
+            f"SELECT c.id FROM (SELECT u.name FROM unnest((SELECT %(queues)s::text[])) AS u(name) "
             f"WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)) AS q CROSS JOIN LATERAL ("
             f"SELECT id, priority, run_after FROM {self.table} "
             f"WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name "
             f"AND run_after <= {NOW} {_NEVER_CLAIMED if ahead else ''}"
-            f"ORDER BY priority DESC, run_after, id LIMIT %(limit)s "
+            f"ORDER BY priority DESC, run_after, id LIMIT (SELECT %(limit)s::bigint) "
             f"FOR UPDATE SKIP LOCKED) AS c "
-            f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT %(limit)s), "
+            f"ORDER BY c.priority DESC, c.run_after, c.id LIMIT (SELECT %(limit)s::bigint)), "
             f"claimed AS (UPDATE {self.table} AS j SET {_LEASE_AHEAD if ahead else _LEASE} "
             # `status || ''`: as in claim_flow, the picked rows by primary key only.
-            f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
+            f"WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.status || '' = 'ready' "
             f"RETURNING {_CLAIMED})"
         )
 
@@ -1163,10 +1175,12 @@ class PostgresDriver(Driver):
     @property
     def _settled(self) -> str:
         # Settled: the write tried the row, or the row no longer exists (a deleted job is not
-        # busy: it must not be retried forever).
+        # busy: it must not be retried forever). A scalar subquery, one primary-key probe per
+        # outcome: a NOT EXISTS may be planned as a hashed subplan reading the whole primary
+        # key, as the pass's generic plan did (docs/explanation/performance.md).
         return (
             f"(v.id IN (SELECT id FROM free) "
-            f"OR NOT EXISTS (SELECT 1 FROM {self.table} AS g WHERE g.id = v.id))"
+            f"OR (SELECT true FROM {self.table} AS g WHERE g.id = v.id) IS NULL)"
         )
 
     def _fenced_write(
@@ -1194,7 +1208,7 @@ class PostgresDriver(Driver):
             "measures": ",".join([row[4] or "" for row in counted]),
             "now": None, "limit": limit, "queues": list(queues),
         }  # fmt: skip
-        with self._prepared(sql, params) as cursor:  # planned once per connection
+        with self._prepared(sql, params) as cursor:  # planned for its first 5 calls only
             rows = cursor.fetchall()
         # Each row is the write's (kind 'w', `_recorded`'s ten columns) or the claim's
         # (kind 'c', `ClaimedJob`'s after them): one loop sorts them.

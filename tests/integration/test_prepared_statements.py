@@ -157,6 +157,22 @@ def test_a_prepared_claim_joins_the_callers_transaction():
     assert Job.objects.get().status == "ready"
 
 
+def test_the_claim_is_planned_once_after_its_first_five_calls():
+    """PostgreSQL plans a prepared statement's first five calls with their values, then keeps
+    its generic plan if that is estimated no dearer. The claim's queues and limit are unknown
+    to every plan (docs/explanation/performance.md), so from the sixth call on it is not
+    planned again, whatever the limit, even where the generic plan guesses the limit at a
+    hundred jobs (a tenth of the backlog the table's statistics show)."""
+    driver = driver_for("default")
+    add.enqueue_many([((n, 1), {}) for n in range(1000)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    claimed = [driver.claim(["default"], limit, "w") for limit in (1, 2, 3, 1, 2, 3, 1, 2, 3)]
+    assert [len(jobs) for jobs in claimed] == [1, 2, 3, 1, 2, 3, 1, 2, 3]
+    [(generic, custom)] = prepared_claims()
+    assert (generic, custom) == (4, 5)
+
+
 @override_settings(WORKQUEUE={**settings.WORKQUEUE, "PREPARED_STATEMENTS": False})
 def test_with_prepared_statements_off_the_claim_is_not_prepared():
     add.enqueue(1, 2)

@@ -116,6 +116,32 @@ def test_a_pass_of_plain_jobs_is_one_statement(monkeypatch, listening):
         assert len(told) == 1 and len(told[0][1].written) == 3
 
 
+@pytest.mark.postgres_only  # the one statement is PostgreSQL's
+@pytest.mark.postgres_direct  # reads the server session's prepared statements
+def test_a_workers_pass_is_planned_once_after_its_first_five(monkeypatch):
+    """The pass's statement runs prepared; PostgreSQL keeps its generic plan from the sixth
+    pass on, as it does only if that plan is estimated no dearer than the custom plans of
+    the first five (the claim's queues and limit are unknown to both): the pass is not
+    planned again on every call (docs/explanation/performance.md). With a backlog the
+    table's statistics show, a generic plan guesses the limit at a tenth of it."""
+    worker, _ = _worker_with_outcomes(monkeypatch, jobs=2)
+    add.enqueue_many([((i, 2), {}) for i in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+        cursor.execute("DEALLOCATE ALL")  # psycopg sees it and forgets what it had prepared
+    for _ in range(8):
+        assert worker._tick() == 2
+        _hand_over(worker, _success)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE %s",
+            ["%INSERT INTO django_workqueue_statscounter%picked AS MATERIALIZED%"],
+        )
+        assert cursor.fetchall() == [(3, 5)]
+    assert Job.objects.filter(status=Status.SUCCEEDED).count() == 16  # 2 + 7 passes of 2
+
+
 _KINDS = (OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED,
           OutcomeKind.DISCARD, OutcomeKind.SUCCEEDED)  # fmt: skip
 
