@@ -30,6 +30,7 @@ import io
 import logging
 import os
 import pstats
+import resource
 import sys
 import threading
 import time
@@ -41,8 +42,11 @@ PAYLOAD = "[[1], {}]"
 TASK = "bench.noop"
 
 
-def null_driver(base: Any, jobs: int, queue: str = "default") -> Any:
-    """A driver of ``base``'s class whose hot path is answered from memory (``jobs`` no-ops)."""
+def null_driver(
+    base: Any, jobs: int, queue: str = "default", *, task: str = TASK, payload: str = PAYLOAD
+) -> Any:
+    """A driver of ``base``'s class whose hot path is answered from memory (``jobs`` jobs of
+    ``task``, no-ops unless told)."""
     from django_workqueue.db import ClaimedJob, Ended, Recorded, Timing
     from django_workqueue.outcomes import OutcomeKind
 
@@ -57,16 +61,29 @@ def null_driver(base: Any, jobs: int, queue: str = "default") -> Any:
             self.finished = 0
             self.claims = 0
             self.writes = 0
+            self.began_writes = 0
 
-        def claim(self, queues: Sequence[str], limit: int, owner: str) -> list[Any]:
+        def claim(  # type: ignore[override]
+            self,
+            queues: Sequence[str],
+            limit: int,
+            owner: str,
+            now: Any = None,
+            *,
+            ahead: bool = False,
+        ) -> list[Any]:
             self.claims += 1
             taken = []
             while self.ready and len(taken) < limit:
                 job_id = self.ready.popleft()
                 self.leased[job_id] = 1
-                taken.append(ClaimedJob(job_id, TASK, queue, 0, 1, 3, 0, 300, None, False,
-                                        PAYLOAD))  # fmt: skip
+                taken.append(ClaimedJob(job_id, task, queue, 0, 1, 3, 0, 300, None, False,
+                                        payload))  # fmt: skip
             return taken
+
+        def began(self, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+            self.began_writes += 1
+            return {job_id for job_id, attempt in leases if self.leased.get(job_id) == attempt}
 
         def batch_backlog(self, groups: Sequence[Any], now: Any = None) -> dict[Any, Any]:
             return {}  # the bench's settings register the test project's batch tasks
@@ -90,7 +107,7 @@ def null_driver(base: Any, jobs: int, queue: str = "default") -> Any:
                     ended.append(Ended(outcome.job_id, status, None))
                     self.finished += 1
                 timings.append(Timing(outcome.job_id, outcome.attempt, outcome.queue or queue,
-                                      outcome.task_name or TASK, status or "scheduled",
+                                      outcome.task_name or task, status or "scheduled",
                                       outcome.duration, 0.001))  # fmt: skip
             return Recorded(written=written, busy=set(), ended=ended, timings=timings)
 
@@ -166,20 +183,34 @@ class _ThreadProfiles:
         return stats.stream.getvalue()  # type: ignore[attr-defined]
 
 
-def drain(jobs: int, concurrency: int, *, line: bool, profile: bool = False) -> dict[str, Any]:
-    """One in-process drain of ``jobs`` no-ops through the null driver; µs per job."""
+def _switches() -> int:
+    """The process's context switches so far, voluntary (a thread that waits: a slot for its
+    inbox, the control thread for its wake-up, any thread for the interpreter lock) and not."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+def drain(
+    jobs: int, concurrency: int, *, line: bool, profile: bool = False, io_ms: float = 0
+) -> dict[str, Any]:
+    """One in-process drain of ``jobs`` no-ops (or jobs that sleep ``io_ms``, ``bench.io``)
+    through the null driver; µs per job."""
     from django_workqueue import db
     from django_workqueue.conf import workqueue_settings
     from django_workqueue.worker.runner import Worker
 
     alias = workqueue_settings.DATABASE
     real = db.driver_for(alias)
-    driver = null_driver(real, jobs)
+    if io_ms:
+        driver = null_driver(real, jobs, task="bench.io", payload=f"[[{io_ms / 1000}], {{}}]")
+    else:
+        driver = null_driver(real, jobs)
     _job_line(line)
     db._drivers[alias] = driver
     profiles = _ThreadProfiles() if profile else None
     try:
         worker = Worker(queues=["default"], concurrency=concurrency, burst=True)
+        switches = _switches()
         cpu, wall = time.process_time(), time.perf_counter()
         if profiles is not None:
             with profiles:
@@ -187,25 +218,29 @@ def drain(jobs: int, concurrency: int, *, line: bool, profile: bool = False) -> 
         else:
             worker.run()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        switches = _switches() - switches
     finally:
         db._drivers[alias] = real
     if driver.finished != jobs:
         raise RuntimeError(f"null drain: {driver.finished} of {jobs} jobs finished")
     out = {"wall_us": wall / jobs * 1e6, "cpu_us": cpu / jobs * 1e6,
            "claims": driver.claims, "writes": driver.writes,
-           "jobs_per_pass": jobs / max(driver.writes, 1)}  # fmt: skip
+           "jobs_per_pass": jobs / max(driver.writes, 1),
+           "switches_per_job": switches / jobs, "began_writes": driver.began_writes}  # fmt: skip
     if profiles is not None:
         out["profile"] = profiles.summary()
     return out
 
 
-def budget(jobs: int, concurrency: int, repeat: int, profile: bool) -> dict[str, Any]:
+def budget(
+    jobs: int, concurrency: int, repeat: int, profile: bool, io_ms: float = 0
+) -> dict[str, Any]:
     """``repeat`` drains with the line off and on, interleaved; the best of each (µs/job)."""
     drain(min(jobs, 500), concurrency, line=False)  # warm up: imports, first statements
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for _ in range(repeat):
         for key in runs:
-            runs[key].append(drain(jobs, concurrency, line=key == "on"))
+            runs[key].append(drain(jobs, concurrency, line=key == "on", io_ms=io_ms))
     out: dict[str, Any] = {"jobs": jobs, "concurrency": concurrency, "runs": runs}
     if profile:
         out["profile"] = drain(jobs, concurrency, line=False, profile=True)["profile"]
@@ -224,18 +259,38 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--io-ms", type=float, default=0,
+        help="jobs that sleep this long (bench.io) instead of no-ops: the wake-ups and passes "
+        "per job of jobs that take time",
+    )  # fmt: skip
+    parser.add_argument(
+        "--claim-ahead", type=float, default=None,
+        help='WORKQUEUE["CLAIM_AHEAD"] for the drains (default: the settings\' own, 0)',
+    )  # fmt: skip
     options = parser.parse_args()
     import django
 
     django.setup()
+    if options.claim_ahead is not None:
+        from django.conf import settings
+
+        from django_workqueue.conf import workqueue_settings
+
+        settings.WORKQUEUE = {**settings.WORKQUEUE, "CLAIM_AHEAD": options.claim_ahead}
+        workqueue_settings.reload()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    result = budget(options.jobs, options.concurrency, options.repeat, options.profile)
+    result = budget(
+        options.jobs, options.concurrency, options.repeat, options.profile, options.io_ms
+    )
     for key, runs in result["runs"].items():
         best = min(runs, key=lambda run: run["cpu_us"])
         print(f"line {key}: {best['wall_us']:.1f} µs/job wall, {best['cpu_us']:.1f} µs/job CPU "
-              f"({best['jobs_per_pass']:.1f} jobs per pass; best of {len(runs)})")  # fmt: skip
+              f"({best['jobs_per_pass']:.1f} jobs per pass, {best['switches_per_job']:.2f} "
+              f"context switches per job, {best['began_writes']} began writes; best of "
+              f"{len(runs)})")  # fmt: skip
     if options.profile:
         print(result["profile"])
 
