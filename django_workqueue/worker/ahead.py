@@ -10,8 +10,15 @@ nothing); any other job of the worker is a crash.
 
 The window: a slot takes a buffered job and begins its body at once; the database learns
 it began on the control thread's next pass (``Driver.began``, one statement for every job
-taken since the last pass; a slot taking a job wakes that pass; a row another session holds
-is skipped and written on a later pass). A worker that dies in between hands such a job back
+taken since the last pass; a row another session holds is skipped and written on a later
+pass). That pass comes soon, but a slot does not always wake the control thread for it: while
+the buffer holds more than half its bound and the control thread sleeps at most
+``planner.DEFERRED_PASS_SECONDS`` (it does so while takes or outcomes wait for a pass), a slot
+that ran a job and takes its next one from the buffer leaves the write to that pass; a take
+that leaves the buffer at half its bound or less wakes it, to refill the buffer. Each wake-up
+costs the woken thread and the one that wakes it CPU time (the interpreter lock changing
+hands, often across cores), so a pass writes many takes and outcomes instead of one or two.
+A worker that dies in between hands such a job back
 uncharged although its body began. That happens to a job at most once: it is then no longer
 a never-claimed job, so it is never claimed ahead again, and its next crash is charged — a
 poison pill still ends in the dead-letter queue, one death later. Jobs the control thread
@@ -80,6 +87,11 @@ class AheadBuffer:
         """How many more jobs may be claimed ahead for a worker of ``slots`` slots."""
         return max(0, math.ceil(self.per_slot * slots) - len(self._jobs))
 
+    def running_low(self, slots: int) -> bool:
+        """Whether the buffer of a worker of ``slots`` slots is down to half its bound or
+        less: time for a pass to refill it."""
+        return len(self._jobs) <= math.ceil(self.per_slot * slots) // 2
+
     def put(self, handed: list[Handed]) -> None:
         with self._lock:
             self._jobs.extend(handed)
@@ -93,6 +105,10 @@ class AheadBuffer:
             handed = self._jobs.popleft()
             self._taken.append((handed[0].id, handed[0].attempt))
             return handed
+
+    def has_taken(self) -> bool:
+        """Whether slots took jobs not yet written as begun."""
+        return bool(self._taken)
 
     def taken(self) -> list[tuple[int, int]]:
         """The jobs taken since the last call, for ``Driver.began``; ``put_back`` if that

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_workqueue.worker")
 
+#: While the claim-ahead buffer holds more than half its bound, how long the control thread
+#: sleeps at most: a slot that took a buffered job after its last one does not wake it, and its
+#: take and the outcome it handed over wait at most this long for their write (ahead.py).
+DEFERRED_PASS_SECONDS = 0.01
+
 
 class ClaimPlanner:
     """The claim step of the worker's pass and its pacing (see the module's docstring).
@@ -46,6 +51,7 @@ class ClaimPlanner:
     ``slots`` reads the worker's slot count now (the autoscaler changes it), ``children_ready``
     whether a process pool's children can take jobs, ``listening`` whether NOTIFY wakes the
     worker, ``promote`` runs the promoter once (a burst's last look; returns # promoted),
+    ``has_outcomes`` whether slots handed over outcomes not yet written,
     ``in_pass`` whether a pass's transaction is open, and ``on_progress`` is given to every
     job's context.
     """
@@ -70,6 +76,7 @@ class ClaimPlanner:
         children_ready: Callable[[], bool],
         listening: Callable[[], bool],
         promote: Callable[[], int],
+        has_outcomes: Callable[[], bool],
         when_committed: Callable[[Callable[[], None]], None],
         in_pass: Callable[[], bool],
         on_progress: Callable[[JobContext], None],
@@ -83,7 +90,7 @@ class ClaimPlanner:
         self.inbox, self.stopping, self.wake = inbox, stopping, wake
         self.slots, self.children_ready, self.listening = slots, children_ready, listening
         self.promote, self.when_committed, self.in_pass = promote, when_committed, in_pass
-        self.on_progress = on_progress
+        self.on_progress, self.has_outcomes = on_progress, has_outcomes
         self.burst, self.max_jobs, self.poll_interval = burst, max_jobs, poll_interval
         self.poll_now = True  # the next pass claims: woken, or the first pass
         self.last_poll = time.monotonic()  # the last claim of the slot loop
@@ -94,6 +101,8 @@ class ClaimPlanner:
         self.drained = False
         self.finishing: set[tuple[int, int]] = set()  # (job, attempt) this pass writes
         self.began_in_pass: list[tuple[int, int]] = []  # written as begun, not yet committed
+        self.deferring = False  # slots leave their takes to a pass that comes soon (take)
+        self.took = False  # the last pass wrote takes from the buffer (deferred_pass_due)
 
     # --- pacing -------------------------------------------------------------------------------
 
@@ -258,12 +267,14 @@ class ClaimPlanner:
         they, and those slots took since the last pass, began (``Driver.began``)."""
         if not self.ahead.enabled:
             return 0
+        self.took = False
         handed: list[Handed] = []
         with self.ledger.lock:
             while len(handed) < free and (next_job := self.take_ahead()) is not None:
                 handed.append(next_job)
         taken = self.ahead.taken()
         if taken:
+            self.took = True
             try:
                 written = self.driver.began(self.owner, taken)
             except Exception:
@@ -291,9 +302,14 @@ class ClaimPlanner:
                 self.inbox.put(handed_job)
         return len(handed)
 
-    def take(self) -> Handed | None:
+    def take(self, *, freed: bool = False) -> Handed | None:
         """A slot's next job from the buffer, if there is one (and the worker is not
-        stopping); it counts as begun, and its timeout runs from now."""
+        stopping); it counts as begun, and its timeout runs from now.
+
+        The next pass writes that it began. A slot ``freed`` by a job it ran (its outcome
+        handed over) does not wake the control thread for that pass while the control thread
+        sleeps only briefly (``deferred_pass_due``) and the buffer holds more than half its
+        bound; any other take wakes it now."""
         if not self.ahead.enabled or self.stopping.is_set():
             return None
         with self.ledger.lock:
@@ -303,8 +319,30 @@ class ClaimPlanner:
                 self.pool.began(handed[0].queue)
         if handed is not None:
             handed[1].started = time.monotonic()  # its timeout runs from now
-            self.wake.set()  # the next pass writes that it began
+            # Read after the take was noted: see deferred_pass_due.
+            deferred = freed and self.deferring and not self.ahead.running_low(self.slots())
+            if not deferred and not self.wake.is_set():
+                self.wake.set()
         return handed
+
+    def deferred_pass_due(self, now: float) -> float:
+        """Called by the control thread before it sleeps: when (monotonic) it must pass at the
+        latest for the takes and outcomes slots leave to a later pass (``take``), or inf.
+
+        While the buffer holds more than half its bound and slots take from it (the pass
+        wrote takes, or takes or outcomes wait for their write), it sleeps at most
+        ``DEFERRED_PASS_SECONDS`` and slots that take a buffered job do not wake it. Otherwise
+        (a quiet worker, or a buffer running low) it sleeps as long as it may and the next
+        take wakes it. The order matters: ``deferring`` is cleared before the look, and a
+        slot reads it after its take was noted, so a slot that saw it set left its take to a
+        pass that comes within the bound, or to a sleep that this look bounds."""
+        self.deferring = False
+        if not self.ahead.enabled or self.ahead.running_low(self.slots()):
+            return math.inf
+        if not (self.took or self.ahead.has_taken() or self.has_outcomes()):
+            return math.inf  # quiet: the next take wakes it
+        self.deferring = True
+        return now + DEFERRED_PASS_SECONDS
 
     def take_ahead(self) -> Handed | None:
         """The next buffered job still leased to this worker (under the lock). One whose

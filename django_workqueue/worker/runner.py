@@ -200,6 +200,7 @@ class Worker:
             stopping=self.stopping, wake=self.wake, slots=lambda: self.concurrency,
             children_ready=self._children_ready, listening=self._listening,
             promote=lambda: self.maintainer.promoter.run_once(), on_progress=self._on_progress,
+            has_outcomes=lambda: self.completer.pending > 0,
             when_committed=self._when_committed, in_pass=lambda: self._starts is not None,
             burst=burst, max_jobs=max_jobs, poll_interval=self.poll_interval,
         )  # fmt: skip
@@ -723,6 +724,7 @@ class Worker:
             self.completer.progress_due_at(),  # a throttled progress report's turn
             self.completer.outcomes_due_at(),  # outcomes kept for a row that was locked
             self._scheduled_at,  # --wait-scheduled: the job it waits for is due
+            self.planner.deferred_pass_due(now),  # takes and outcomes no slot woke it for
         )
         return max(0.0, due - now)
 
@@ -764,8 +766,11 @@ class Worker:
         self._serve_this_thread()
         generation = self._db_generation
         child = self.processes.slot(self.slot_host()) if self.processes is not None else None
+        freed = False  # the slot ran a job and handed its outcome over: the control thread
+        # must learn of it (_take)
         while True:
-            handed = self._take()
+            handed = self._take(freed)
+            freed = False
             if handed is None:
                 if not self.pool.retire():  # meant for a slot that a later grow kept
                     continue
@@ -809,10 +814,7 @@ class Worker:
                         if outcome is not None:  # atomic: reported by the control thread
                             self.completer.written_elsewhere(outcome, item.started)
                         self.ledger.end(job.id, item)  # not a later attempt's entry
-                # Set once per wait is enough: the control thread clears it before the pass
-                # that flushes, and this outcome was handed over before the look.
-                if not self.wake.is_set():
-                    self.wake.set()
+                freed = True
 
     def slot_host(self) -> SlotHost:
         """What a process slot needs of this worker (``processes.SlotHost``)."""
@@ -821,11 +823,21 @@ class Worker:
             generation=lambda: self._db_generation, on_progress=self._on_progress,
         )  # fmt: skip
 
-    def _take(self) -> InboxItem:
+    def _take(self, freed: bool) -> InboxItem:
         """A slot's next job: a buffered one at once if there is one (ahead.py), else what the
-        control thread hands over, waiting for it."""
-        handed = self.planner.take()
-        return handed if handed is not None else self._inbox.get()
+        control thread hands over, waiting for it.
+
+        A slot ``freed`` by a job it ran wakes the control thread to write its outcome and
+        claim for it, unless it took a buffered job and a pass comes soon anyway
+        (``ClaimPlanner.take``): under a backlog, one wake-up per pass, not one per job."""
+        handed = self.planner.take(freed=freed)
+        if handed is not None:
+            return handed
+        # Set once per wait is enough: the control thread clears it before the pass that
+        # flushes, and this slot's outcome was handed over before the look.
+        if freed and not self.wake.is_set():
+            self.wake.set()
+        return self._inbox.get()
 
     def _event_loop(self) -> AsyncLoop:
         """The event loop async tasks run on, started by the first that needs it."""

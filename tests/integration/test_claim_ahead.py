@@ -227,3 +227,44 @@ def test_a_take_written_in_a_pass_that_rolled_back_is_written_again():
     assert len(calls) == 2  # the pass's claim, then its claim apart
     assert Job.objects.filter(status=Status.SUCCEEDED).count() == 1
     assert not Job.objects.get(pk=buffered.id).claimed_ahead
+
+
+def test_slots_taking_from_a_full_buffer_wake_the_control_thread_once_per_pass():
+    """Under a backlog, a slot that ran a job and takes its next from the buffer leaves the
+    write of its outcome and of its take to a pass that comes soon: the control thread is
+    woken by the take that leaves the buffer at half its bound, not by every one, and that
+    pass writes them all."""
+    from tests.integration.test_worker import _success
+
+    JobFactory.create_batch(12)
+    with workqueue_settings(CLAIM_AHEAD=4):
+        worker = Worker(concurrency=2, poll_interval=3600)
+        _pass(worker)  # one job for each slot, 8 into the buffer (its bound)
+        running = [worker._inbox.get_nowait() for _ in range(2)]
+        ended = []
+
+        def slot_ends_one() -> bool:
+            """A slot's job ends and the slot takes its next; whether that woke the
+            control thread."""
+            job, item = running.pop(0)
+            with worker._lock:
+                worker._executing -= 1
+                item.context.finished = True
+                worker.completer.hand_over(_success(job), item.started)
+            worker.wake.clear()
+            handed = worker._take(True)
+            running.append(handed)
+            ended.append(job.id)
+            return worker.wake.is_set()
+
+        assert slot_ends_one()  # the control thread was asleep for long: woken
+        worker._sleep_for()  # it looks before its next sleep: a take waits, it sleeps briefly
+        assert worker.planner.deferring
+        assert [slot_ends_one() for _ in range(3)] == [False, False, True]  # 4 left: refill
+        worker._poll_now = True  # woken
+        worker._tick()
+
+    assert Job.objects.filter(pk__in=ended, status=Status.SUCCEEDED).count() == 4
+    still_running = Job.objects.filter(pk__in=[job.id for job, _ in running])
+    assert set(still_running.values_list("status", "claimed_ahead")) == {(Status.RUNNING, False)}
+    assert len(worker.ahead) == 6  # refilled with the 2 jobs left

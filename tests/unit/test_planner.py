@@ -15,7 +15,7 @@ from django_workqueue.attempt.lease import RunningJob
 from django_workqueue.db import ClaimedJob
 from django_workqueue.worker.ahead import AheadBuffer
 from django_workqueue.worker.ledger import Ledger
-from django_workqueue.worker.planner import ClaimPlanner
+from django_workqueue.worker.planner import DEFERRED_PASS_SECONDS, ClaimPlanner
 
 
 @dataclass
@@ -74,7 +74,8 @@ def planner(**options: Any) -> ClaimPlanner:
         claimer=FakeClaimer(), backpressure=FakeBackpressure(), leases=None,
         inbox=queue.SimpleQueue(), stopping=threading.Event(), wake=threading.Event(),
         slots=lambda: 2, children_ready=lambda: True, listening=lambda: False,
-        promote=lambda: 0, when_committed=lambda start: start(), in_pass=lambda: False,
+        promote=lambda: 0, has_outcomes=lambda: False, when_committed=lambda start: start(),
+        in_pass=lambda: False,
         on_progress=lambda context: None, poll_interval=1.0,
     )  # fmt: skip
     driver = options.pop("driver", FakeDriver())
@@ -154,6 +155,35 @@ def test_a_slot_takes_a_buffered_job_unless_stopping_and_never_one_whose_lease_w
     assert plan.ledger.ids() == {2}  # the lost one is forgotten, not run
     assert plan.ledger.executing == 1 and plan.pool.began_queues == ["default"]  # type: ignore[attr-defined]
     assert plan.wake.is_set() and plan.take() is None
+
+
+def test_a_freed_slot_taking_from_a_buffer_above_half_wakes_the_control_thread_once_per_pass():
+    """Under a backlog a pass comes soon anyway (the control thread sleeps at most
+    DEFERRED_PASS_SECONDS while takes wait for their write): a slot that ran a job and takes
+    its next from the buffer does not wake it; the take that leaves the buffer at half its
+    bound (4 of 8) does, and so does any take while the control thread sleeps long."""
+    plan = planner(ahead=AheadBuffer(4))  # 2 slots: a bound of 8
+    items = [RunningJob(FakeContext()) for _ in range(8)]  # type: ignore[arg-type]
+    with plan.ledger.lock:
+        for pk, item in enumerate(items, 1):
+            plan.ledger.lease(pk, item)
+    plan.ahead.put([(job(pk), item) for pk, item in enumerate(items, 1)])
+
+    def woke(**how: bool) -> bool:
+        plan.wake.clear()
+        assert plan.take(**how) is not None
+        return plan.wake.is_set()
+
+    assert plan.deferred_pass_due(100.0) == math.inf  # nothing waits for a pass: a long sleep
+    assert woke(freed=True)  # so the take wakes it (7 left)
+    assert plan.deferred_pass_due(100.0) == 100.0 + DEFERRED_PASS_SECONDS  # a take waits
+    assert [woke(freed=True), woke(freed=True)] == [False, False]  # 6, 5 left
+    assert woke()  # not after a job of its own (a slot's first, or after a batch): 4 left
+    plan.deferred_pass_due(100.0)
+    assert woke(freed=True)  # 3 left: the buffer runs low, the pass refills it
+    plan.ahead.taken()  # the pass wrote the takes...
+    plan.took = False  # ...none since: quiet
+    assert plan.deferred_pass_due(100.0) == math.inf and not plan.deferring
 
 
 class OrderedPass:
