@@ -13,7 +13,7 @@ it began on the control thread's next pass (``Driver.began``, one statement for 
 taken since the last pass; a row another session holds is skipped and written on a later
 pass). That pass comes soon, but a slot does not always wake the control thread for it: while
 the buffer holds more than half its bound and the control thread sleeps at most
-``planner.DEFERRED_PASS_SECONDS`` (it does so while takes or outcomes wait for a pass), a slot
+``planner.DEFERRED_PASS_SECONDS`` (it does so while slots take from the buffer), a slot
 that ran a job and takes its next one from the buffer leaves the write to that pass; a take
 that leaves the buffer at half its bound or less wakes it, to refill the buffer. Each wake-up
 costs the woken thread and the one that wakes it CPU time (the interpreter lock changing

@@ -51,7 +51,6 @@ class ClaimPlanner:
     ``slots`` reads the worker's slot count now (the autoscaler changes it), ``children_ready``
     whether a process pool's children can take jobs, ``listening`` whether NOTIFY wakes the
     worker, ``promote`` runs the promoter once (a burst's last look; returns # promoted),
-    ``has_outcomes`` whether slots handed over outcomes not yet written,
     ``in_pass`` whether a pass's transaction is open, and ``on_progress`` is given to every
     job's context.
     """
@@ -76,7 +75,6 @@ class ClaimPlanner:
         children_ready: Callable[[], bool],
         listening: Callable[[], bool],
         promote: Callable[[], int],
-        has_outcomes: Callable[[], bool],
         when_committed: Callable[[Callable[[], None]], None],
         in_pass: Callable[[], bool],
         on_progress: Callable[[JobContext], None],
@@ -90,7 +88,7 @@ class ClaimPlanner:
         self.inbox, self.stopping, self.wake = inbox, stopping, wake
         self.slots, self.children_ready, self.listening = slots, children_ready, listening
         self.promote, self.when_committed, self.in_pass = promote, when_committed, in_pass
-        self.on_progress, self.has_outcomes = on_progress, has_outcomes
+        self.on_progress = on_progress
         self.burst, self.max_jobs, self.poll_interval = burst, max_jobs, poll_interval
         self.poll_now = True  # the next pass claims: woken, or the first pass
         self.last_poll = time.monotonic()  # the last claim of the slot loop
@@ -330,7 +328,8 @@ class ClaimPlanner:
         latest for the takes and outcomes slots leave to a later pass (``take``), or inf.
 
         While the buffer holds more than half its bound and slots take from it (the pass
-        wrote takes, or takes or outcomes wait for their write), it sleeps at most
+        wrote takes, or takes wait for their write; a slot hands its outcome over before its
+        take, so a deferred outcome comes with one), it sleeps at most
         ``DEFERRED_PASS_SECONDS`` and slots that take a buffered job do not wake it. Otherwise
         (a quiet worker, or a buffer running low) it sleeps as long as it may and the next
         take wakes it. The order matters: ``deferring`` is cleared before the look, and a
@@ -339,7 +338,7 @@ class ClaimPlanner:
         self.deferring = False
         if not self.ahead.enabled or self.ahead.running_low(self.slots()):
             return math.inf
-        if not (self.took or self.ahead.has_taken() or self.has_outcomes()):
+        if not (self.took or self.ahead.has_taken()):
             return math.inf  # quiet: the next take wakes it
         self.deferring = True
         return now + DEFERRED_PASS_SECONDS

@@ -200,7 +200,6 @@ class Worker:
             stopping=self.stopping, wake=self.wake, slots=lambda: self.concurrency,
             children_ready=self._children_ready, listening=self._listening,
             promote=lambda: self.maintainer.promoter.run_once(), on_progress=self._on_progress,
-            has_outcomes=lambda: self.completer.pending > 0,
             when_committed=self._when_committed, in_pass=lambda: self._starts is not None,
             burst=burst, max_jobs=max_jobs, poll_interval=self.poll_interval,
         )  # fmt: skip

@@ -74,7 +74,7 @@ def planner(**options: Any) -> ClaimPlanner:
         claimer=FakeClaimer(), backpressure=FakeBackpressure(), leases=None,
         inbox=queue.SimpleQueue(), stopping=threading.Event(), wake=threading.Event(),
         slots=lambda: 2, children_ready=lambda: True, listening=lambda: False,
-        promote=lambda: 0, has_outcomes=lambda: False, when_committed=lambda start: start(),
+        promote=lambda: 0, when_committed=lambda start: start(),
         in_pass=lambda: False,
         on_progress=lambda context: None, poll_interval=1.0,
     )  # fmt: skip
