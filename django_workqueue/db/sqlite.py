@@ -47,6 +47,7 @@ from .base import (
     WorkerWatch,
     counter_batch,
     inserted_positions,
+    pick_caps,
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
@@ -433,12 +434,7 @@ class SQLiteDriver(Driver):
         # transaction), so the count is what it admits against, with no BEGIN IMMEDIATE around
         # the walk. Picks of one key (its jobs in several queues) share the room: each is
         # bounded by what the earlier ones may take.
-        taken: dict[str, int] = {}
-        caps: dict[int, int] = {}
-        for i, pick in enumerate(picks):
-            if pick.cap is not None:
-                caps[i] = pick.cap - taken.get(pick.key, 0)
-                taken[pick.key] = taken.get(pick.key, 0) + pick.take
+        caps = {i: bound for i, bound in enumerate(pick_caps(picks)) if bound is not None}
         capped = tuple(i in caps for i in range(len(picks)))
         shape = ("claim_flow", ranked, capped)
         sql = self._statements.get(shape) or self._remember(

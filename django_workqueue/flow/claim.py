@@ -79,12 +79,14 @@ class FlowClaimer:
         if limited and self._limits_met:
             # The last walk met limit keys: walk and lock them together (PostgreSQL: one
             # round trip, BEGIN included). Where the claim counts each key's running jobs
-            # itself (SQLite), and the last walk met no rate, the walk's count only sizes the
-            # takes: it is read before any transaction, and the claim caps them.
-            capped = self.driver.supports_capped_flow_claim and not self._rates_met
+            # itself, the walk's count only sizes the takes and the claim caps them; where,
+            # besides, the claim's own statement serialises claimers (SQLite's write lock, no
+            # row locks) and the last walk met no rate, the walk takes no transaction at all.
+            capped = self.driver.supports_capped_flow_claim
+            unlocked = capped and not self.driver.supports_row_locks and not self._rates_met
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
-                    FlowHold() if capped else hold,
+                    FlowHold() if unlocked else hold,
                     queues,
                     self.cursor,
                     steps,
@@ -92,7 +94,9 @@ class FlowClaimer:
                     LIMIT,
                     count=limit,
                 )
-                jobs = self._claim_walked(walked, limit, now, hold, locked, capped=capped)
+                jobs = self._claim_walked(
+                    walked, limit, now, hold, locked, capped=capped, unlocked=unlocked
+                )
         else:
             # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
             # takes no transaction and carries no lock; limit keys it meets are locked after.
@@ -120,6 +124,7 @@ class FlowClaimer:
         locked: dict[str, tuple[list[list[float]], int]] | None = None,
         *,
         capped: bool = False,
+        unlocked: bool = False,
     ) -> list[ClaimedJob]:
         groups = [g for g in walked if _claimable(g)]
         limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
@@ -128,10 +133,10 @@ class FlowClaimer:
         if not limits:
             hold.claim_last = True
             return self._claim(groups, {}, limit, now)
-        if capped and any(spec.rate is not None for spec in limits.values()):
+        if unlocked and any(spec.rate is not None for spec in limits.values()):
             # A rate's starts are read and written in the claim's transaction: count again in
             # it (this once; the next claim begins it before its walk).
-            locked, capped = None, False
+            locked = None
         if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
             hold.begin()
             keys = sorted(limits)
@@ -225,7 +230,7 @@ class FlowClaimer:
         # the same round trip).
         hold.claim_last = not rated
         caps = None
-        if capped:  # no rate here (_claim_walked): every limit has a concurrency
+        if capped:
             caps = {key: spec.concurrency for key, spec in limits.items()
                     if spec.concurrency is not None}  # fmt: skip
         jobs = self._claim(groups, room, limit, now, caps)
