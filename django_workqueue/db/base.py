@@ -252,6 +252,10 @@ class FlowHold:
     clock: datetime | None = None
     """The database's clock when the rows were locked, if the driver read it with them."""
 
+    ended: bool = False
+    """Whether the transaction has ended already (a driver that sends the COMMIT with the
+    claim): the keys' rows are no longer held, so no further claim of them may follow."""
+
     def __init__(self, begin: Callable[[], object] | None = None) -> None:
         self._begin = begin
 
@@ -275,6 +279,9 @@ class FlowPick:
     """The key's ``concurrency=``, where the claim is to count its running jobs itself
     (drivers with ``supports_capped_flow_claim``): the jobs taken of the key never make them
     more than this, whatever a count made before the claim said."""
+    done: int = 0
+    """The key's jobs an earlier claim of the same rounds took: its first job here is in
+    round ``done + 1``."""
 
 
 def pick_caps(picks: Sequence[FlowPick]) -> list[int | None]:

@@ -798,10 +798,15 @@ class PostgresDriver(Driver):
         return f"SELECT u.key, {self._running('u.key')} FROM {keys} AS u(key)"
 
     def _running(self, key: str) -> str:
-        """The running jobs of the flow key ``key`` (an SQL expression)."""
+        """The running jobs of the flow key ``key`` (an SQL expression), read on
+        wq_job_flow_running in the flow statements' settings (sorts off): the key as a range
+        of one, in the index's order, which the index on status (the planner's choice under
+        statistics that promise few running jobs: each count then read every running job's
+        entry, and those of the jobs that ran since the last vacuum) would have to sort."""
         return (
-            f"(SELECT count(*) FROM {self.table} AS r WHERE r.status = 'running' "
-            f"AND r.flow_key IS NOT NULL AND r.flow_key = {key})"
+            f"(SELECT count(*) FROM (SELECT FROM {self.table} AS r WHERE r.status = 'running' "
+            f"AND r.flow_key IS NOT NULL AND r.flow_key >= {key} AND r.flow_key <= {key} "
+            f"ORDER BY r.flow_key) AS r)"
         )
 
     def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
@@ -832,13 +837,14 @@ class PostgresDriver(Driver):
         # walk locked the key's FlowLimit row, so it sees every claim of the key that
         # committed before (pick_caps: the picks of one key share its room).
         sql = (
-            f"WITH want AS (SELECT w.queue, w.key, w.turn, CASE WHEN w.cap IS NULL THEN w.take "
+            f"WITH want AS (SELECT w.queue, w.key, w.turn, w.done, "
+            f"  CASE WHEN w.cap IS NULL THEN w.take "
             f"  ELSE LEAST(w.take, GREATEST(0, w.cap - {self._running('w.key')})) END AS take "
             f"  FROM jsonb_to_recordset(%(picks)s::jsonb) "
-            f"  AS w(queue text, key text, take int, turn int, cap int)), "
+            f"  AS w(queue text, key text, take int, turn int, cap int, done int)), "
             f"picked AS MATERIALIZED (SELECT c.id, c.round, w.turn FROM want AS w "
             f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
-            f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
+            f"  ORDER BY s.priority DESC, s.run_after, s.id) + w.done AS round FROM ("
             f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
             f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
             f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
@@ -849,7 +855,8 @@ class PostgresDriver(Driver):
             f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
             f"RETURNING {_CLAIMED}, j.flow_key, picked.round, picked.turn"
         )
-        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn, "cap": cap}
+        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn, "cap": cap,
+                   "done": p.done}
                   for p, cap in zip(picks, pick_caps(picks), strict=True)]  # fmt: skip
         params = {"now": now, "limit": limit, "owner": owner, "picks": json.dumps(wanted)}
         rows = self._fetch_in_index_order(sql, params)

@@ -446,7 +446,7 @@ class SQLiteDriver(Driver):
         for i, pick in enumerate(picks):
             params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take})
             if ranked:
-                params[f"t{i}"] = pick.turn
+                params[f"t{i}"], params[f"d{i}"] = pick.turn, pick.done
             if i in caps:
                 params[f"c{i}"] = caps[i]
         with self.connection.cursor() as cursor:
@@ -468,7 +468,8 @@ class SQLiteDriver(Driver):
     def _claim_flow_sql(self, ranked: bool, capped: Sequence[bool]) -> str:
         per_key = [
             (
-                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
+                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) + :d{i} "
+                f"AS round, "
                 f":t{i} AS turn FROM "
                 if ranked
                 else "SELECT id FROM "

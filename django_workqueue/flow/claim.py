@@ -132,7 +132,7 @@ class FlowClaimer:
             return []
         if not limits:
             hold.claim_last = True
-            return self._claim(groups, {}, limit, now)
+            return self._claim(groups, {}, limit, now, hold)
         if unlocked and any(spec.rate is not None for spec in limits.values()):
             # A rate's starts are read and written in the claim's transaction: count again in
             # it (this once; the next claim begins it before its walk).
@@ -151,6 +151,7 @@ class FlowClaimer:
         room: dict[str, int],
         limit: int,
         now: datetime | None,
+        hold: FlowHold,
         caps: dict[str, int] | None = None,
     ) -> list[ClaimedJob]:
         # A key may have ready jobs in several queues (``using(queue=...)``): its room is
@@ -170,16 +171,30 @@ class FlowClaimer:
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
-        shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
-        jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
-        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
-            # Fewer jobs than the walk counted: another worker claimed some since (or some
+        cut = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
+        cut = cut or _first_rounds(picks, limit)
+        jobs = self.driver.claim_flow(cut, limit, self.owner, now)
+        got = Counter((job.queue, job.flow_key) for job in jobs)
+        given = {(p.queue, p.key): p.take for p in cut}
+        if len(jobs) < limit and any(
+            got[(p.queue, p.key)] >= given.get((p.queue, p.key), 0) < p.take for p in picks
+        ):
+            # Short, while a key whose take was cut gave all it was cut to: a key met fewer
+            # jobs than the walk saw or counted (another worker claimed some since, or some
             # are not due yet). The rest of the rounds, as the claim would have taken them.
-            got = Counter((job.queue, job.flow_key) for job in jobs)
+            # Limit keys only while their hold is: after a COMMIT sent with the claim
+            # (PostgreSQL), another worker may be claiming them.
             rest = [
-                FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
+                FlowPick(
+                    p.queue,
+                    p.key,
+                    p.take - got[(p.queue, p.key)],
+                    p.turn,
+                    p.cap,
+                    done=got[(p.queue, p.key)],
+                )
                 for p in picks
-                if p.take > got[(p.queue, p.key)]
+                if p.take > got[(p.queue, p.key)] and not (hold.ended and p.key in room)
             ]
             jobs += self.driver.claim_flow(rest, limit - len(jobs), self.owner, now)
         if bound and not self.held:
@@ -233,7 +248,7 @@ class FlowClaimer:
         if capped:
             caps = {key: spec.concurrency for key, spec in limits.items()
                     if spec.concurrency is not None}  # fmt: skip
-        jobs = self._claim(groups, room, limit, now, caps)
+        jobs = self._claim(groups, room, limit, now, hold, caps)
         started: dict[str, int] = {}
         for job in jobs:
             if job.flow_key in rated:
@@ -321,6 +336,20 @@ def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[
         for pick, n in zip(picks, given, strict=True)
         if n
     ]
+
+
+def _first_rounds(picks: list[FlowPick], limit: int) -> list[FlowPick]:
+    """The picks with each take cut to the most the claim's rounds can give it, where the walk
+    counted no ready jobs: every walked key has one, so the first round alone gives one job
+    to each of the first ``limit`` picks, and the rounds after it at most ``limit`` less the
+    number of picks to each. A claim of 8 over 16 keys so reads (and, on PostgreSQL, locks)
+    8 jobs, not 16 keys' 8 each."""
+    later = max(0, limit - len(picks))
+    cut = [
+        FlowPick(pick.queue, pick.key, min(pick.take, int(n < limit) + later), pick.turn, pick.cap)
+        for n, pick in enumerate(picks)
+    ]
+    return [pick for pick in cut if pick.take > 0]
 
 
 def _recent(starts: list[list[float]], clock: float, period: float) -> list[list[float]]:

@@ -42,6 +42,24 @@ def finish(*jobs) -> None:
     Job.objects.filter(pk__in=[job.id for job in jobs]).update(status="succeeded")
 
 
+def claim_losing_x_after_the_walk(monkeypatch, tenants, limit: int) -> list:
+    """A fair claim of ``limit`` over tenants with 3 jobs each, during which another worker
+    takes tenant x's jobs between the walk and the claim (no transaction without limits)."""
+    for tenant in tenants:
+        tasks.tenant_work.enqueue_many([((tenant,), {"n": n}) for n in range(3)])
+    flow = claimer("a")
+    flow._limits_met = False  # the last walk met no limit key: this one walks alone
+    walk = flow.driver.flow_keys
+
+    def walk_then_lose_x(*args, **kwargs):
+        walked = walk(*args, **kwargs)
+        Job.objects.filter(args__0="x").update(status="running", lease_owner="b")
+        return walked
+
+    monkeypatch.setattr(flow.driver, "flow_keys", walk_then_lose_x)
+    return flow.claim(["default"], limit)
+
+
 class TestConcurrency:
     def test_a_task_runs_at_most_its_concurrency_across_claims_and_claimers(self):
         tasks.two_at_a_time.enqueue_many([((), {})] * 6)
@@ -177,22 +195,20 @@ class TestFairness:
     ):
         # Between the walk and the claim (no transaction without limits) another worker
         # claims the first tenant's jobs: the claim still fills from the others, in rounds.
-        for tenant in ("x", "y", "z"):
-            tasks.tenant_work.enqueue_many([((tenant,), {"n": n}) for n in range(3)])
-        flow = claimer("a")
-        flow._limits_met = False  # the last walk met no limit key: this one walks alone
-        walk = flow.driver.flow_keys
-
-        def walk_then_lose_x(*args, **kwargs):
-            walked = walk(*args, **kwargs)
-            Job.objects.filter(args__0="x").update(status="running", lease_owner="b")
-            return walked
-
-        monkeypatch.setattr(flow.driver, "flow_keys", walk_then_lose_x)
-
-        claimed = flow.claim(["default"], 4)
+        claimed = claim_losing_x_after_the_walk(monkeypatch, ("x", "y", "z"), 4)
 
         assert sorted(job.args[0] for job in claimed) == ["y", "y", "z", "z"]
+
+    def test_a_claim_cut_to_the_first_rounds_fills_from_the_later_keys_when_one_is_gone(
+        self, monkeypatch
+    ):
+        # A claim of 2 over 4 tenants (walked in key order: w, x, y, z) reads the first two
+        # tenants' first jobs only (the rounds give nothing more); when another worker took
+        # x's jobs after the walk, the rest of the rounds comes from y (round 1), not from
+        # w's second job (round 2), as a claim of every key in one statement would.
+        claimed = claim_losing_x_after_the_walk(monkeypatch, ("w", "x", "y", "z"), 2)
+
+        assert [job.args[0] for job in claimed] == ["w", "y"]
 
     def test_within_a_tenant_priority_orders_its_jobs(self):
         tasks.tenant_work.enqueue_many([(("x",), {"n": n}) for n in range(3)])
