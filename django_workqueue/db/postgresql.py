@@ -773,10 +773,10 @@ class PostgresDriver(Driver):
         """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery):
         ``locked(key, starts)``. Rows of keys seen for the first time are made (a conflict:
         another session made it meanwhile, and has it: the key is left alone this time), the
-        others locked SKIP LOCKED. Running jobs are counted by the next statement
-        (``_count_running``): its snapshot is taken after the locks, so it sees every claim of
-        these keys that committed before them; this statement's own snapshot, taken before its
-        first lock, could miss one committed in between."""
+        others locked SKIP LOCKED. Running jobs are counted exactly by a later statement (the
+        claim's cap, or ``_count_running``): its snapshot is taken after the locks, so it sees
+        every claim of these keys that committed before them; this statement's own snapshot,
+        taken before its first lock, could miss one committed in between."""
         # The rows are reached by `key = ANY(ARRAY(...))`: one primary-key probe per key,
         # whatever the statistics say. Joined to the keys instead (`IN`, `NOT EXISTS`), a
         # table last analyzed while nearly empty was read whole for each key (a nested loop

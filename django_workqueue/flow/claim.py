@@ -12,21 +12,23 @@ the plain one. Each call:
    walks meet limit keys, the walk and the lock are one call (``Driver.walk_flow_limits``):
    on PostgreSQL one round trip, with the transaction's BEGIN; on SQLite one statement
    under the write lock BEGIN IMMEDIATE took first, which serialises every claimer (no row
-   locks there: a key's row is made only for a rate's starts). Where the claim counts each
-   key's running jobs itself (``supports_capped_flow_claim``: SQLite, whose autocommitted
-   claim holds the write lock for its statement), a claim of ``concurrency=`` keys takes no
-   transaction: the walk's count sizes the takes, the claim's caps them;
+   locks there: a key's row is made only for a rate's starts). The claim counts each key's
+   running jobs itself (``supports_capped_flow_claim``): the walk's count only sizes the
+   takes, the claim's caps them. On PostgreSQL the claim's statement starts after the walk's
+   locks; on SQLite, whose autocommitted claim holds the write lock for its statement, a
+   claim of ``concurrency=`` keys takes no transaction at all;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
    Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
-   of the rounds first (``_shares``), and the claim needs no ranking;
+   of the rounds first (``_shares``), and the claim needs no ranking; where it did not
+   (PostgreSQL), to the most the rounds can give it (``_first_rounds``);
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
 
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
 counts and claims, and commits before the next can count. A crashed worker's running jobs count
 until the reaper ends their lease, so its slots come back with its leases, never later.
-On PostgreSQL a limited claim is two round trips: BEGIN, the walk, the lock and the count;
-then the claim and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
+On PostgreSQL a limited claim is two round trips: BEGIN, the walk and the lock; then the claim
+(which counts) and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
 A worker that knows no limited task takes no transaction: the walk, then ``claim_flow``.
 """
 
