@@ -84,12 +84,8 @@ class FlowClaimer:
             # itself, the walk's count only sizes the takes and the claim caps them; where,
             # besides, the claim's own statement serialises claimers (SQLite's write lock, no
             # row locks) and the last walk met no rate, the walk takes no transaction at all.
-            # (SQLite with a rate: the walk counts under BEGIN IMMEDIATE, exact for the claim
-            # in the same transaction, which then needs no count of its own.)
-            capped = self.driver.supports_capped_flow_claim and (
-                self.driver.supports_row_locks or not self._rates_met
-            )
-            unlocked = capped and not self.driver.supports_row_locks
+            capped = self.driver.supports_capped_flow_claim
+            unlocked = capped and not self.driver.supports_row_locks and not self._rates_met
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
                     FlowHold() if unlocked else hold,
@@ -141,9 +137,8 @@ class FlowClaimer:
             return self._claim(groups, {}, limit, now, hold)
         if unlocked and any(spec.rate is not None for spec in limits.values()):
             # A rate's starts are read and written in the claim's transaction: count again in
-            # it (this once; the next claim begins it before its walk), exactly: under the
-            # write lock the claim needs no count of its own.
-            locked, capped = None, False
+            # it (this once; the next claim begins it before its walk).
+            locked = None
         if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
             hold.begin()
             keys = sorted(limits)
