@@ -252,10 +252,6 @@ class FlowHold:
     clock: datetime | None = None
     """The database's clock when the rows were locked, if the driver read it with them."""
 
-    ended: bool = False
-    """Whether the transaction has ended already (a driver that sends the COMMIT with the
-    claim): the keys' rows are no longer held, so no further claim of them may follow."""
-
     def __init__(self, begin: Callable[[], object] | None = None) -> None:
         self._begin = begin
 
@@ -279,25 +275,6 @@ class FlowPick:
     """The key's ``concurrency=``, where the claim is to count its running jobs itself
     (drivers with ``supports_capped_flow_claim``): the jobs taken of the key never make them
     more than this, whatever a count made before the claim said."""
-    done: int = 0
-    """The key's jobs an earlier claim of the same rounds took: its first job here is in
-    round ``done + 1``."""
-
-
-def pick_caps(picks: Sequence[FlowPick]) -> list[int | None]:
-    """For ``claim_flow``: each pick's bound on its key's running jobs once it has taken (its
-    ``cap``, less what the key's earlier picks may take: the picks of one key, its jobs in
-    several queues, share its room, in turn order), or None for a pick without a cap. The
-    claim takes of a capped pick ``max(0, min(take, bound - running))``."""
-    taken: dict[str, int] = {}
-    bounds: list[int | None] = []
-    for pick in picks:
-        if pick.cap is None:
-            bounds.append(None)
-            continue
-        bounds.append(pick.cap - taken.get(pick.key, 0))
-        taken[pick.key] = taken.get(pick.key, 0) + pick.take
-    return bounds
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -519,10 +496,8 @@ class Driver(abc.ABC):
     autocommitted statement (PostgreSQL with psycopg 3)."""
     supports_capped_flow_claim: bool = False
     """Whether ``claim_flow`` honours a pick's ``cap``: it counts the key's running jobs in its
-    own statement, so that the count a claim admits against is the claim's own. On SQLite
-    that statement holds the write lock, so a claim of keys limited by ``concurrency=`` alone
-    needs no transaction around the walk's count; on PostgreSQL its snapshot is taken after
-    the walk locked the keys' ``FlowLimit`` rows, so the walk need not count exactly."""
+    own statement, under the write lock that statement takes (SQLite), so that a claim of keys
+    limited by ``concurrency=`` alone needs no transaction around the walk's count."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias

@@ -51,7 +51,6 @@ from .base import (
     Timing,
     counter_batch,
     inserted_positions,
-    pick_caps,
 )
 
 logger = logging.getLogger("django_workqueue.db")
@@ -149,6 +148,8 @@ _ClientCursor: Any = _client_cursor_class()
 # the connection wrapper (a thread's own) while it lasts.
 _HOLD = "_workqueue_flow_hold"
 _SAVEPOINT = "workqueue_flow_claim"
+# The limit keys a walk locked whose running jobs the next statement counts (transaction-local).
+_COUNTED = "workqueue.flow_counted"
 
 
 def _starts(value: Any) -> list[list[float]]:
@@ -296,7 +297,6 @@ class PostgresDriver(Driver):
     supports_listen_notify = True
     # psycopg 3 only: on psycopg2 (if Django runs on it) a pass keeps its transaction.
     supports_record_and_claim = _PreparedCursor is not None
-    supports_capped_flow_claim = True
 
     def __init__(self, alias: str) -> None:
         super().__init__(alias)
@@ -512,10 +512,9 @@ class PostgresDriver(Driver):
         with self.connection.cursor() as cursor:
             if isinstance(cursor.cursor, _ClientCursor):
                 with self._flow_edges(closing=True) as (begin, end):
-                    save, restore = self._plan_kept()
-                    statements = (*begin, *save, _PLAN_IN_ORDER, sql, *restore, *end)
+                    statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, *end)
                     cursor.execute("; ".join(statements), params)
-                    for _ in range(len(begin) + len(save) + 1):
+                    for _ in range(len(begin) + 2):
                         cursor.nextset()
                     return cursor.fetchall()
         atomic = transaction.atomic(using=self.alias, savepoint=False)
@@ -644,38 +643,48 @@ class PostgresDriver(Driver):
     ) -> tuple[list[FlowGroup], dict[str, tuple[list[list[float]], int]]]:
         if getattr(self.connection, _HOLD, None) is not hold:  # the generic atomic block
             return super().walk_flow_limits(hold, queues, after, limit, limited, prefix)
-        # One round trip: BEGIN, and the walk with the lock of its limit keys' rows (made for
-        # keys seen for the first time) in one statement. The running jobs it counts size the
-        # claim's takes only: its snapshot, taken before its locks, may miss a claim that
-        # committed in between. The claim (supports_capped_flow_claim) counts them again,
-        # under the locks, and admits against its own count.
+        # One round trip: BEGIN, the walk with the lock of its limit keys' rows (made for keys
+        # seen for the first time) in one statement, and the count of their running jobs in
+        # the next (see _lock_limits), which finds the keys the first locked in a
+        # transaction-local setting.
         walks, walked, params = self._flow_walk(queues, after, limit)
         limits = self.connection.ops.quote_name(FlowLimit._meta.db_table)
         sql = (
             f"{walks}, walked AS MATERIALIZED (SELECT w.*, row_number() OVER () AS n "
             f"FROM ({walked}) AS w), "
-            f"wanted AS MATERIALIZED (SELECT DISTINCT key FROM walked "
-            f"WHERE task = ANY(%(limited)s::text[]) AND starts_with(key, %(prefix)s)), "
-            f"{self._lock_limits(limits, '(SELECT key FROM wanted)')} "
-            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts, {CLOCK}, "
-            f"CASE WHEN l.key IS NOT NULL AND w.task = ANY(%(counted)s::text[]) "
-            f"THEN {self._running('w.key')} ELSE 0 END "
-            f"FROM walked AS w LEFT JOIN locked AS l ON l.key = w.key ORDER BY w.n"
+            f"wanted AS MATERIALIZED (SELECT DISTINCT key, task = ANY(%(counted)s::text[]) "
+            f"AS counted FROM walked WHERE task = ANY(%(limited)s::text[]) "
+            f"AND starts_with(key, %(prefix)s)), "
+            f"{self._lock_limits(limits, '(SELECT key FROM wanted)')}, "
+            f"stash AS (SELECT set_config('{_COUNTED}', COALESCE((SELECT jsonb_agg(l.key) "
+            f"FROM locked AS l JOIN wanted AS k ON k.key = l.key WHERE k.counted), "
+            f"'[]')::text, true) AS done) "
+            f"SELECT w.queue, w.key, w.task, l.key IS NOT NULL, l.starts, {CLOCK} "
+            f"FROM walked AS w CROSS JOIN stash LEFT JOIN locked AS l ON l.key = w.key "
+            f"ORDER BY w.n"
+        )
+        # An empty walk may never read `stash`: the setting is then unset, or empty, or a
+        # previous claim's in this transaction; only the keys locked now are read from it.
+        running_count = self._count_running(
+            f"jsonb_array_elements_text(COALESCE(NULLIF(current_setting('{_COUNTED}', true), "
+            f"''), '[]')::jsonb)"
         )
         params.update(
             limited=[name for name in limited], counted=[n for n, c in limited.items() if c],
             prefix=prefix,
         )  # fmt: skip
         with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
-            save, restore = self._plan_kept()
-            statements = (*begin, *save, _PLAN_IN_ORDER, sql, *restore)
+            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, running_count)
             cursor.execute("; ".join(statements), params)
-            for _ in range(len(begin) + len(save) + 1):
+            for _ in range(len(begin) + 2):
                 cursor.nextset()
             rows = cursor.fetchall()
+            cursor.nextset()
+            cursor.nextset()
+            running = dict(cursor.fetchall())
         groups = [FlowGroup(queue, key, task) for queue, key, task, *_ in rows]
-        locked = {key: (_starts(starts), int(running))
-                  for _, key, _, held, starts, _, running in rows if held}  # fmt: skip
+        locked = {key: (_starts(starts), int(running.get(key, 0)))
+                  for _, key, _, held, starts, _ in rows if held}  # fmt: skip
         hold.clock = rows[0][5] if rows else None  # a rate's clock: no round trip of its own
         return groups, locked
 
@@ -717,21 +726,6 @@ class PostgresDriver(Driver):
             raise
         finally:
             delattr(db, _HOLD)
-
-    def _plan_kept(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The statements that save the planner's settings before ``_PLAN_IN_ORDER`` and put
-        them back after the statement planned so (client-side binding, in its round trip).
-        Needed only where a transaction goes on after it with statements that are not the
-        flow claim's: a caller's transaction, or a flow claim's savepoint in it. Otherwise the
-        settings (transaction-local) end with the transaction they were set in: the implicit
-        one of an autocommitted round trip, or the flow claim's own BEGIN ... COMMIT, whose
-        statements all want sorting off."""
-        hold = getattr(self.connection, _HOLD, None)
-        if hold is not None and not hold.ended:
-            kept = hold.start != "BEGIN"
-        else:
-            kept = self.connection.in_atomic_block or not self.connection.get_autocommit()
-        return ((_PLAN_SAVE,), (_PLAN_RESTORE,)) if kept else ((), ())
 
     @contextlib.contextmanager
     def _flow_edges(self, closing: bool) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -785,40 +779,27 @@ class PostgresDriver(Driver):
         """The CTEs that lock the ``FlowLimit`` rows of ``keys`` (a subquery):
         ``locked(key, starts)``. Rows of keys seen for the first time are made (a conflict:
         another session made it meanwhile, and has it: the key is left alone this time), the
-        others locked SKIP LOCKED. Running jobs are counted exactly by a later statement (the
-        claim's cap, or ``_count_running``): its snapshot is taken after the locks, so it sees
-        every claim of these keys that committed before them; this statement's own snapshot,
-        taken before its first lock, could miss one committed in between."""
-        # The rows are reached by `key = ANY(ARRAY(...))`: one primary-key probe per key,
-        # whatever the statistics say. Joined to the keys instead (`IN`, `NOT EXISTS`), a
-        # table last analyzed while nearly empty was read whole for each key (a nested loop
-        # over the pattern index: at 2,000 keys, most of a per-key claim's walk).
+        others locked SKIP LOCKED. Running jobs are counted by the next statement
+        (``_count_running``): its snapshot is taken after the locks, so it sees every claim of
+        these keys that committed before them; this statement's own snapshot, taken before its
+        first lock, could miss one committed in between."""
         return (
             f"made AS (INSERT INTO {limits} AS l (key, starts) "
-            f"SELECT u.key, '[]'::jsonb FROM {keys} AS u(key) WHERE u.key <> ALL(ARRAY("
-            f"SELECT e.key FROM {limits} AS e WHERE e.key = ANY(ARRAY{keys}))) "
+            f"SELECT u.key, '[]'::jsonb FROM {keys} AS u(key) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {limits} AS e WHERE e.key = u.key) "
             f"ORDER BY u.key ON CONFLICT (key) DO NOTHING RETURNING l.key, l.starts), "
             # No ORDER BY: SKIP LOCKED never waits, so the order cannot deadlock, and under
             # the walk's settings (sorts off) the order would read every row of the table.
-            f"held AS (SELECT l.key, l.starts FROM {limits} AS l "
-            f"WHERE l.key = ANY(ARRAY{keys}) FOR UPDATE OF l SKIP LOCKED), "
+            f"held AS (SELECT l.key, l.starts FROM {limits} AS l WHERE l.key IN {keys} "
+            f"FOR UPDATE OF l SKIP LOCKED), "
             f"locked AS MATERIALIZED (SELECT key, starts FROM made "
             f"UNION ALL SELECT key, starts FROM held)"
         )
 
     def _count_running(self, keys: str) -> str:
-        return f"SELECT u.key, {self._running('u.key')} FROM {keys} AS u(key)"
-
-    def _running(self, key: str) -> str:
-        """The running jobs of the flow key ``key`` (an SQL expression), read on
-        wq_job_flow_running in the flow statements' settings (sorts off): the key as a range
-        of one, in the index's order, which the index on status (the planner's choice under
-        statistics that promise few running jobs: each count then read every running job's
-        entry, and those of the jobs that ran since the last vacuum) would have to sort."""
         return (
-            f"(SELECT count(*) FROM (SELECT FROM {self.table} AS r WHERE r.status = 'running' "
-            f"AND r.flow_key IS NOT NULL AND r.flow_key >= {key} AND r.flow_key <= {key} "
-            f"ORDER BY r.flow_key) AS r)"
+            f"SELECT u.key, (SELECT count(*) FROM {self.table} AS j WHERE j.status = 'running' "
+            f"AND j.flow_key IS NOT NULL AND j.flow_key = u.key) FROM {keys} AS u(key)"
         )
 
     def write_flow_starts(self, starts: Mapping[str, list[list[float]]]) -> None:
@@ -844,19 +825,13 @@ class PostgresDriver(Driver):
             return []
         # One LATERAL branch per key walks wq_job_flow for that key's first `take` jobs; the
         # rounds (every key's first job, then every key's second...) make the order, so one
-        # claim serves many keys before any key's second job. A pick with a cap takes no more
-        # than its key's room, counted here: this statement's snapshot is taken after the
-        # walk locked the key's FlowLimit row, so it sees every claim of the key that
-        # committed before (pick_caps: the picks of one key share its room).
+        # claim serves many keys before any key's second job.
         sql = (
-            f"WITH want AS (SELECT w.queue, w.key, w.turn, w.done, "
-            f"  CASE WHEN w.cap IS NULL THEN w.take "
-            f"  ELSE LEAST(w.take, GREATEST(0, w.cap - {self._running('w.key')})) END AS take "
-            f"  FROM jsonb_to_recordset(%(picks)s::jsonb) "
-            f"  AS w(queue text, key text, take int, turn int, cap int, done int)), "
+            f"WITH want AS (SELECT * FROM jsonb_to_recordset(%(picks)s::jsonb) "
+            f"  AS w(queue text, key text, take int, turn int)), "
             f"picked AS MATERIALIZED (SELECT c.id, c.round, w.turn FROM want AS w "
             f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
-            f"  ORDER BY s.priority DESC, s.run_after, s.id) + w.done AS round FROM ("
+            f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
             f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
             f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
             f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
@@ -867,9 +842,7 @@ class PostgresDriver(Driver):
             f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
             f"RETURNING {_CLAIMED}, j.flow_key, picked.round, picked.turn"
         )
-        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn, "cap": cap,
-                   "done": p.done}
-                  for p, cap in zip(picks, pick_caps(picks), strict=True)]  # fmt: skip
+        wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn} for p in picks]
         params = {"now": now, "limit": limit, "owner": owner, "picks": json.dumps(wanted)}
         rows = self._fetch_in_index_order(sql, params)
         rows.sort(key=lambda row: (row[-2], row[-1]))

@@ -47,7 +47,6 @@ from .base import (
     WorkerWatch,
     counter_batch,
     inserted_positions,
-    pick_caps,
 )
 
 _TERMINAL = frozenset(status.value for status in TERMINAL)
@@ -434,7 +433,12 @@ class SQLiteDriver(Driver):
         # transaction), so the count is what it admits against, with no BEGIN IMMEDIATE around
         # the walk. Picks of one key (its jobs in several queues) share the room: each is
         # bounded by what the earlier ones may take.
-        caps = {i: bound for i, bound in enumerate(pick_caps(picks)) if bound is not None}
+        taken: dict[str, int] = {}
+        caps: dict[int, int] = {}
+        for i, pick in enumerate(picks):
+            if pick.cap is not None:
+                caps[i] = pick.cap - taken.get(pick.key, 0)
+                taken[pick.key] = taken.get(pick.key, 0) + pick.take
         capped = tuple(i in caps for i in range(len(picks)))
         shape = ("claim_flow", ranked, capped)
         sql = self._statements.get(shape) or self._remember(
@@ -446,7 +450,7 @@ class SQLiteDriver(Driver):
         for i, pick in enumerate(picks):
             params.update({f"q{i}": pick.queue, f"k{i}": pick.key, f"n{i}": pick.take})
             if ranked:
-                params[f"t{i}"], params[f"d{i}"] = pick.turn, pick.done
+                params[f"t{i}"] = pick.turn
             if i in caps:
                 params[f"c{i}"] = caps[i]
         with self.connection.cursor() as cursor:
@@ -468,8 +472,7 @@ class SQLiteDriver(Driver):
     def _claim_flow_sql(self, ranked: bool, capped: Sequence[bool]) -> str:
         per_key = [
             (
-                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) + :d{i} "
-                f"AS round, "
+                f"SELECT id, row_number() OVER (ORDER BY priority DESC, run_after, id) AS round, "
                 f":t{i} AS turn FROM "
                 if ranked
                 else "SELECT id FROM "

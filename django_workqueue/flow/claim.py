@@ -12,23 +12,21 @@ the plain one. Each call:
    walks meet limit keys, the walk and the lock are one call (``Driver.walk_flow_limits``):
    on PostgreSQL one round trip, with the transaction's BEGIN; on SQLite one statement
    under the write lock BEGIN IMMEDIATE took first, which serialises every claimer (no row
-   locks there: a key's row is made only for a rate's starts). The claim counts each key's
-   running jobs itself (``supports_capped_flow_claim``): the walk's count only sizes the
-   takes, the claim's caps them. On PostgreSQL the claim's statement starts after the walk's
-   locks; on SQLite, whose autocommitted claim holds the write lock for its statement, a
-   claim of ``concurrency=`` keys takes no transaction at all;
+   locks there: a key's row is made only for a rate's starts). Where the claim counts each
+   key's running jobs itself (``supports_capped_flow_claim``: SQLite, whose autocommitted
+   claim holds the write lock for its statement), a claim of ``concurrency=`` keys takes no
+   transaction: the walk's count sizes the takes, the claim's caps them;
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
    Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
-   of the rounds first (``_shares``), and the claim needs no ranking; where it did not
-   (PostgreSQL), to the most the rounds can give it (``_first_rounds``);
+   of the rounds first (``_shares``), and the claim needs no ranking;
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
 
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
 counts and claims, and commits before the next can count. A crashed worker's running jobs count
 until the reaper ends their lease, so its slots come back with its leases, never later.
-On PostgreSQL a limited claim is two round trips: BEGIN, the walk and the lock; then the claim
-(which counts) and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
+On PostgreSQL a limited claim is two round trips: BEGIN, the walk, the lock and the count;
+then the claim and COMMIT (a rate's starts are written with the COMMIT after the claim: three).
 A worker that knows no limited task takes no transaction: the walk, then ``claim_flow``.
 """
 
@@ -81,14 +79,12 @@ class FlowClaimer:
         if limited and self._limits_met:
             # The last walk met limit keys: walk and lock them together (PostgreSQL: one
             # round trip, BEGIN included). Where the claim counts each key's running jobs
-            # itself, the walk's count only sizes the takes and the claim caps them; where,
-            # besides, the claim's own statement serialises claimers (SQLite's write lock, no
-            # row locks) and the last walk met no rate, the walk takes no transaction at all.
-            capped = self.driver.supports_capped_flow_claim
-            unlocked = capped and not self.driver.supports_row_locks and not self._rates_met
+            # itself (SQLite), and the last walk met no rate, the walk's count only sizes the
+            # takes: it is read before any transaction, and the claim caps them.
+            capped = self.driver.supports_capped_flow_claim and not self._rates_met
             with self.driver.flow_limits_held() as hold:
                 walked, locked = self.driver.walk_flow_limits(
-                    FlowHold() if unlocked else hold,
+                    FlowHold() if capped else hold,
                     queues,
                     self.cursor,
                     steps,
@@ -96,9 +92,7 @@ class FlowClaimer:
                     LIMIT,
                     count=limit,
                 )
-                jobs = self._claim_walked(
-                    walked, limit, now, hold, locked, capped=capped, unlocked=unlocked
-                )
+                jobs = self._claim_walked(walked, limit, now, hold, locked, capped=capped)
         else:
             # Otherwise walk alone first: a walk that meets only tenants' keys (fairness)
             # takes no transaction and carries no lock; limit keys it meets are locked after.
@@ -126,7 +120,6 @@ class FlowClaimer:
         locked: dict[str, tuple[list[list[float]], int]] | None = None,
         *,
         capped: bool = False,
-        unlocked: bool = False,
     ) -> list[ClaimedJob]:
         groups = [g for g in walked if _claimable(g)]
         limits = {g.key: spec for g in groups if (spec := _limited(g)) is not None}
@@ -134,11 +127,11 @@ class FlowClaimer:
             return []
         if not limits:
             hold.claim_last = True
-            return self._claim(groups, {}, limit, now, hold)
-        if unlocked and any(spec.rate is not None for spec in limits.values()):
+            return self._claim(groups, {}, limit, now)
+        if capped and any(spec.rate is not None for spec in limits.values()):
             # A rate's starts are read and written in the claim's transaction: count again in
             # it (this once; the next claim begins it before its walk).
-            locked = None
+            locked, capped = None, False
         if locked is None:  # walked alone: lock now (PostgreSQL: BEGIN goes with the lock)
             hold.begin()
             keys = sorted(limits)
@@ -153,7 +146,6 @@ class FlowClaimer:
         room: dict[str, int],
         limit: int,
         now: datetime | None,
-        hold: FlowHold,
         caps: dict[str, int] | None = None,
     ) -> list[ClaimedJob]:
         # A key may have ready jobs in several queues (``using(queue=...)``): its room is
@@ -173,30 +165,16 @@ class FlowClaimer:
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
-        cut = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
-        cut = cut or _first_rounds(picks, limit)
-        jobs = self.driver.claim_flow(cut, limit, self.owner, now)
-        got = Counter((job.queue, job.flow_key) for job in jobs)
-        given = {(p.queue, p.key): p.take for p in cut}
-        if len(jobs) < limit and any(
-            got[(p.queue, p.key)] >= given.get((p.queue, p.key), 0) < p.take for p in picks
-        ):
-            # Short, while a key whose take was cut gave all it was cut to: a key met fewer
-            # jobs than the walk saw or counted (another worker claimed some since, or some
+        shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
+        jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
+        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
+            # Fewer jobs than the walk counted: another worker claimed some since (or some
             # are not due yet). The rest of the rounds, as the claim would have taken them.
-            # Limit keys only while their hold is: after a COMMIT sent with the claim
-            # (PostgreSQL), another worker may be claiming them.
+            got = Counter((job.queue, job.flow_key) for job in jobs)
             rest = [
-                FlowPick(
-                    p.queue,
-                    p.key,
-                    p.take - got[(p.queue, p.key)],
-                    p.turn,
-                    p.cap,
-                    done=got[(p.queue, p.key)],
-                )
+                FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
                 for p in picks
-                if p.take > got[(p.queue, p.key)] and not (hold.ended and p.key in room)
+                if p.take > got[(p.queue, p.key)]
             ]
             jobs += self.driver.claim_flow(rest, limit - len(jobs), self.owner, now)
         if bound and not self.held:
@@ -247,10 +225,10 @@ class FlowClaimer:
         # the same round trip).
         hold.claim_last = not rated
         caps = None
-        if capped:
+        if capped:  # no rate here (_claim_walked): every limit has a concurrency
             caps = {key: spec.concurrency for key, spec in limits.items()
                     if spec.concurrency is not None}  # fmt: skip
-        jobs = self._claim(groups, room, limit, now, hold, caps)
+        jobs = self._claim(groups, room, limit, now, caps)
         started: dict[str, int] = {}
         for job in jobs:
             if job.flow_key in rated:
@@ -338,20 +316,6 @@ def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[
         for pick, n in zip(picks, given, strict=True)
         if n
     ]
-
-
-def _first_rounds(picks: list[FlowPick], limit: int) -> list[FlowPick]:
-    """The picks with each take cut to the most the claim's rounds can give it, where the walk
-    counted no ready jobs: every walked key has one, so the first round alone gives one job
-    to each of the first ``limit`` picks, and the rounds after it at most ``limit`` less the
-    number of picks to each. A claim of 8 over 16 keys so reads (and, on PostgreSQL, locks)
-    8 jobs, not 16 keys' 8 each."""
-    later = max(0, limit - len(picks))
-    cut = [
-        FlowPick(pick.queue, pick.key, min(pick.take, int(n < limit) + later), pick.turn, pick.cap)
-        for n, pick in enumerate(picks)
-    ]
-    return [pick for pick in cut if pick.take > 0]
 
 
 def _recent(starts: list[list[float]], clock: float, period: float) -> list[list[float]]:

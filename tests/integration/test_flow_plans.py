@@ -146,7 +146,7 @@ def test_with_server_side_binding_the_statements_go_one_by_one_in_a_transaction(
     one statement per call: the four go one by one, in a transaction that ends with them."""
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    from django_workqueue.db.postgresql import _PLAN_IN_ORDER, _PLAN_RESTORE, _PLAN_SAVE
+    from tests.support.plans import PREFIX
 
     connection.ensure_connection()
     before = planner_settings()
@@ -162,12 +162,12 @@ def test_with_server_side_binding_the_statements_go_one_by_one_in_a_transaction(
 
     assert len(claimed) == 8
     assert not ordered(statements)
-    saves = [n for n, (sql, _) in enumerate(statements) if sql == _PLAN_SAVE]
+    saves = [n for n, (sql, _) in enumerate(statements) if sql == PREFIX.split("; ")[0]]
     assert len(saves) == 2, [sql[:80] for sql, _ in statements]
     for n in saves:  # save, turn off, the statement, put back
         sql, params = statements[n + 2]
-        assert statements[n + 1][0] == _PLAN_IN_ORDER
-        assert statements[n + 3][0] == _PLAN_RESTORE
-        plan = explain(f"{_PLAN_IN_ORDER}; {sql}", params)
+        assert statements[n + 1][0] == PREFIX.split("; ")[1]
+        assert statements[n + 3][0].startswith("SELECT set_config('enable_sort', current_")
+        plan = explain(f"{PREFIX}{sql}; {statements[n + 3][0]}", params)
         assert reads(plan, "wq_job_flow") and "wq_job_active" not in plan, plan
     assert after == before

@@ -9,12 +9,11 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from django_workqueue.db.postgresql import _PLAN_IN_ORDER
+from django_workqueue.db.postgresql import _PLAN_IN_ORDER, _PLAN_RESTORE, _PLAN_SAVE
 
-# How ``PostgresDriver._fetch_in_index_order`` wraps a statement in one round trip: the
-# settings before it (after the statement saving them, inside a caller's transaction); after
-# it, the statement putting them back, or the transaction's next statement, or nothing.
-PREFIX = f"{_PLAN_IN_ORDER}; "
+# How ``PostgresDriver._fetch_in_index_order`` wraps a statement in one round trip.
+PREFIX = f"{_PLAN_SAVE}; {_PLAN_IN_ORDER}; "
+SUFFIX = f"; {_PLAN_RESTORE}"
 
 
 @contextmanager
@@ -35,12 +34,12 @@ def in_index_order(sql: str) -> str | None:
     """The statement ``sql`` wraps in the planner settings of ``_fetch_in_index_order``, if
     it does."""
     # A limited flow claim's statements carry its transaction's edges around the settings
-    # (BEGIN or SAVEPOINT before, the running jobs' count and COMMIT or RELEASE after). The
-    # driver's statements hold no "; " of their own.
+    # (BEGIN or SAVEPOINT before, the running jobs' count and COMMIT or RELEASE after).
     start = sql.find(PREFIX)
-    if start < 0:
+    end = sql.find(SUFFIX, start)
+    if start < 0 or end < 0:
         return None
-    return sql[start + len(PREFIX) :].split("; ", 1)[0]
+    return sql[start + len(PREFIX) : end]
 
 
 def explain(sql: str, params: Mapping[str, Any] | None, *, pinned: bool = True) -> str:
