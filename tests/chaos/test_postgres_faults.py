@@ -47,6 +47,7 @@ from django.db.models import Min
 from django_workqueue.models import Job
 from testproject.testapp.tasks import chaos_atomic, chaos_work
 from tests.support.processes import wait_for
+from tests.support.waiting import wait_until
 
 from .harness import Ledger, StartWorker, Supervisor, check_invariants, record, size
 from .pgcluster import PostgresCluster
@@ -385,6 +386,7 @@ def test_a_key_taken_before_a_restart_proves_no_death_until_its_worker_takes_it_
         holder = look_up("default", driver_for("default"), "alive")
         assert holder is not None and (holder.liveness, holder.gone) == (again.value, False)
     # The worker dies: its key, declared since the restart, tells at once (the lease has ~60 s).
-    assert reaper.run_once() == 1
+    # Once its backend has ended (a close is not waited for) and its key with it.
+    assert wait_until(lambda: reaper.run_once() or None, timeout=10, message="the death") == 1
     job.refresh_from_db()
     assert job.status == "ready" and "is gone" in job.errors[-1]["message"]
