@@ -129,11 +129,16 @@ def _json_kind(value: Any) -> str:
 
 def success(job: ClaimedJob, value: Any) -> Outcome:
     try:
-        encoded = payload.encode(value, "result", f"{job.task_name} returned a value that")
-        payload.check_size(
-            len(encoded.encode()), conf.MAX_RESULT_BYTES,
-            f"the result of {job.task_name} is", "MAX_RESULT_BYTES",
+        # None, what most tasks return, is JSON's null: no walk, and no message made unused.
+        encoded = "null" if value is None else payload.encode(
+            value, "result", f"{job.task_name} returned a value that"
         )  # fmt: skip
+        size = len(encoded.encode())
+        if size > conf.MAX_RESULT_BYTES:
+            payload.check_size(
+                size, conf.MAX_RESULT_BYTES, f"the result of {job.task_name} is",
+                "MAX_RESULT_BYTES",
+            )  # fmt: skip
     except (PayloadNotJSON, PayloadTooLarge) as exc:
         raise ResultNotJSON(str(exc)) from None
     return _outcome(job, OutcomeKind.SUCCEEDED, result_json=encoded)
@@ -277,7 +282,7 @@ def log_endings(
     costs a dict look-up.
     """
     ended_as = ended_as or {}
-    enabled = {level: job_logger.isEnabledFor(level) for level in set(_LEVELS.values())}
+    enabled = {level: job_logger.isEnabledFor(level) for level in _LEVEL_SET}
     with_traceback = job_logger.isEnabledFor(logging.DEBUG)
     counts: Counter[str] = Counter()
     for outcome in outcomes:
@@ -309,6 +314,7 @@ _LEVELS = {
     "released": logging.INFO, "retried": logging.WARNING, "discarded": logging.ERROR,
     "dead-lettered": logging.ERROR,
 }  # fmt: skip
+_LEVEL_SET = frozenset(_LEVELS.values())
 ENDINGS = tuple(_LEVELS)
 """Every ending a worker reports; ``discarded`` and ``dead-lettered`` leave the job failed."""
 FINISHED = frozenset({"succeeded", "cancelled", "discarded", "dead-lettered"})

@@ -20,6 +20,10 @@ class ProgressThrottle:
     def __init__(self) -> None:
         self._written_at: dict[int, float] = {}  # job id -> monotonic time of the last write
 
+    def __bool__(self) -> bool:
+        """Whether any job's report is throttled (written, its job not ended or expired)."""
+        return bool(self._written_at)
+
     def due(self, job_id: int, now: float | None = None) -> bool:
         """Whether a report of ``job_id`` may be written at ``now`` (monotonic)."""
         written_at = self._written_at.get(job_id)

@@ -73,6 +73,8 @@ class Completer:
 
     def progress_due_at(self) -> float:
         """When (monotonic) the first report waiting for its turn may be written, or inf."""
+        if not self._progress:  # the common case, asked before every sleep: no lock needed
+            return math.inf
         with self._lock:
             return self._throttle.due_at(self._progress)
 
@@ -110,6 +112,8 @@ class Completer:
         is raised; a report the database refuses is dropped with a log line, never taking the
         other reports with it.
         """
+        if not self._progress and not self._throttle:
+            return  # nothing reported, nothing throttled: every pass of jobs that report none
         now = time.monotonic()
         with self._lock:
             self._throttle.expire(now, self._progress)  # throttles no more
@@ -224,13 +228,17 @@ class Completer:
         else:
             self._retry_at = math.inf
         done = [outcome for outcome in outcomes if outcome.job_id not in busy]
-        with self._lock:
-            for outcome in done:
-                self._throttle.forget(outcome.job_id)
-        self._log_not_written([o for o in done if (o.job_id, o.attempt) not in recorded.written])
+        if self._throttle:  # some job's progress was written: forget those that ended
+            with self._lock:
+                for outcome in done:
+                    self._throttle.forget(outcome.job_id)
+        written = recorded.written
+        reported = [o for o in done if (o.job_id, o.attempt) in written]
+        if len(reported) < len(done):
+            self._log_not_written([o for o in done if (o.job_id, o.attempt) not in written])
         ended_as = {ended.id: ended.status for ended in recorded.ended}
-        self._report([o for o in done if (o.job_id, o.attempt) in recorded.written], ended_as)
-        return done, recorded.written
+        self._report(reported, ended_as)
+        return done, written
 
     def _take_recorded(self) -> list[Outcome]:
         taken: list[Outcome] = []
@@ -245,6 +253,8 @@ class Completer:
 
     def attach_progress(self, outcomes: list[Outcome]) -> None:
         """Each job's last progress report goes out with its outcome, in the same write."""
+        if not self._progress:  # a job's report is kept before its slot hands the outcome over
+            return
         with self._lock:
             for outcome in outcomes:
                 context = self._progress.get(outcome.job_id)

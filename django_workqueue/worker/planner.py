@@ -158,11 +158,12 @@ class ClaimPlanner:
             return 0  # the children are still importing the project
         if not self.backpressure.may_claim(slots=slots, busy=executing):
             return 0  # WORKQUEUE["BACKPRESSURE"] asked for a pause
-        if not self.claims_due(time.monotonic()):
+        now = time.monotonic()
+        if not self.claims_due(now):
             return 0  # a pass for a renewal or maintenance: nothing says jobs are ready
         self.poll_now = False
         self.claim_deadline = math.inf
-        self.last_poll = time.monotonic()
+        self.last_poll = now
         self.poll_jitter = random.uniform(1.0, 1.5)  # LISTEN_POLL_INTERVAL to 1.5 times it
         # Under load (the last claim came back full) a due batch, which has waited out its
         # batch_wait, takes its slot first: plain jobs would otherwise take every slot. With

@@ -348,10 +348,9 @@ class Worker:
         self._connection_lost = False
         # A thread pool's maintenance comes before the pass's transaction, never inside it (its
         # own transactions), and what the promoter makes ready the pass's claim can take.
+        claim: Callable[[], int] = self._fill if self._claim_first else self._write_and_claim
         passes: tuple[Callable[[], object], ...] = (
-            (self._fill, self._maintain, self._flush)
-            if self._claim_first
-            else (self._maintain, self._write_and_claim)
+            (claim, self._maintain, self._flush) if self._claim_first else (self._maintain, claim)
         )
         steps = (self._ensure_session, self._give_back_unheld, self._heartbeat,
                  self._write_progress, *passes, self._scale)  # fmt: skip
@@ -363,7 +362,7 @@ class Worker:
                 if self._step_failed(step.__name__, exc):
                     break  # the connection is gone: the other steps would fail the same way
             else:
-                if step in (self._fill, self._write_and_claim):
+                if step is claim:  # the one object: no bound method made to compare
                     claimed = int(result)  # type: ignore[call-overload]
         if not failed:
             self._error_backoff = 0.0
