@@ -302,7 +302,7 @@ class PostgresDriver(Driver):
         super().__init__(alias)
         self._insert_sql: dict[tuple[bool, bool], str] = {}
         # record_and_claim's statement and the bounds it was made for.
-        self._record_and_claim_cache: tuple[tuple[float, ...], str] | None = None
+        self._record_and_claim_cache: tuple[Sequence[float], Sequence[object], str] | None = None
 
     def insert(
         self,
@@ -1093,7 +1093,7 @@ class PostgresDriver(Driver):
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
             f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id, "
-            f"j.queue, j.task_name, "
+            f"j.queue, j.task_name, {cancel} AS cancelled, "
             f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
             f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
         )
@@ -1193,19 +1193,18 @@ class PostgresDriver(Driver):
     def record_and_claim(
         self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
     ) -> tuple[Recorded, list[ClaimedJob]]:
-        sql = self._record_and_claim_sql(write.bounds)
+        sql = self._record_and_claim_sql(write.bounds, write.counters)
         counted = write.counted
         params: dict[str, Any] = {
             "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
-            # The counter rows' columns go as comma-joined text, split on the server: psycopg
-            # dumps a list element by element in Python (a regex for each string), which cost
-            # the control thread about a third of its time per job (issue 32). Counter names
-            # and measures are identifiers (stats/counters.py): no comma, never ''.
+            # The counted outcomes' columns go as comma-joined text, split on the server:
+            # psycopg dumps a list element by element in Python (a regex for each string), which
+            # cost the control thread about a third of its time per job (issue 32). Counter
+            # names are identifiers (stats/counters.py): no comma, never ''.
             "ids": ",".join([str(row[0]) for row in counted]),
             "attempts": ",".join([str(row[1]) for row in counted]),
-            "cancelled": ",".join(["t" if row[2] else "f" for row in counted]),
-            "names": ",".join([row[3] or "" for row in counted]),
-            "measures": ",".join([row[4] or "" for row in counted]),
+            "names": ",".join([row[2] or "" for row in counted]),
+            "cancel_names": ",".join([row[3] or "" for row in counted]),
             "now": None, "limit": limit, "queues": list(queues),
         }  # fmt: skip
         with self._prepared(sql, params) as cursor:  # planned for its first 5 calls only
@@ -1222,44 +1221,60 @@ class PostgresDriver(Driver):
         jobs.sort(key=_claim_order)
         return _recorded_from(written), jobs
 
-    def _record_and_claim_sql(self, bounds: Sequence[float]) -> str:
+    def _record_and_claim_sql(
+        self, bounds: Sequence[float], counters: Sequence[tuple[str | None, str | None]]
+    ) -> str:
         """``record_and_claim``'s statement, made once per duration classes' lower bounds
-        (``histogram.lower_bounds()``, the same tuple on every pass): the same text on every
-        pass, as a prepared statement needs, and no text to build on the control thread.
+        (``histogram.lower_bounds()``, the same tuple on every pass) and counters
+        (``stats.counters.COUNTERS``): the same text on every pass, as a prepared statement
+        needs, and no text to build on the control thread.
 
         The bounds are a literal of the statement (``_float8_array``), not a parameter:
         psycopg dumped a list of floats element by element in Python on every pass (issue
         32)."""
         cached = self._record_and_claim_cache
-        if cached is not None and (cached[0] is bounds or cached[0] == bounds):
-            return cached[1]
+        if cached is not None and (
+            (cached[0] is bounds and cached[1] is counters)
+            or (cached[0] == bounds and cached[1] == counters)
+        ):
+            return cached[2]
         literal = _float8_array(bounds)
         # Three parts in one statement, one snapshot: rows the write finishes are `running` in
         # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
         # twice. The statistics' upsert reads the rows the write returned: counted iff
-        # written, and committed with them. Which counter rows an attempt adds to is decided
-        # above (`counted`: for each status the row may take, the counter and the duration
-        # that classes it); here they are only joined to the rows written, and a duration is
-        # classed as `counters.duration_class` does (`width_bucket` over the lower bounds of
+        # written, and committed with them. Which counter an attempt adds to is decided above
+        # (`counted`: one row per outcome, the ending of each status its row may take); here
+        # the ending its row took is picked, each of `counters` made a row of it (a VALUES
+        # list per written job: no row per counter travels), and a duration classed as
+        # `counters.duration_class` does (`width_bucket` over the lower bounds of
         # `histogram.bucket`'s classes, where it is >= 0). Rows are upserted in key order, as
         # `count_stats` does. The last SELECT answers both the write (kind 'w', `_recorded`'s
         # columns) and the claim (kind 'c', `ClaimedJob`'s).
+        seconds = {"run": "w.run_seconds", "wait": "w.wait_seconds"}
+        made = ", ".join(
+            "({}, {})".format(
+                "e.ending" if name is None else f"'{name}'",
+                "0"
+                if measure is None
+                else f"CASE WHEN {seconds[measure]} >= 0 "
+                f"THEN width_bucket({seconds[measure]}, {literal}) END",
+            )
+            for name, measure in counters
+        )
         counted = (
             f"counted AS (INSERT INTO {self.stats_table} AS c "
             f"  (minute, queue, task_name, name, bucket, shard, count) "
             f"SELECT date_trunc('minute', {CLOCK}), s.queue, s.task_name, s.name, s.bucket, "
-            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, n.name, "
-            f"  (CASE WHEN n.measure IS NULL THEN 0 WHEN d.seconds >= 0 "
-            f"    THEN width_bucket(d.seconds, {literal}) END)::smallint AS bucket "
-            f"  FROM written AS w JOIN v ON v.id = w.id AND v.attempt = w.attempt "
+            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, x.name, "
+            f"  x.bucket::smallint AS bucket FROM written AS w "
             f"  JOIN unnest(string_to_array(%(ids)s, ',')::bigint[], "
             f"    string_to_array(%(attempts)s, ',')::integer[], "
-            f"    string_to_array(%(cancelled)s, ',')::boolean[], "
-            f"    string_to_array(%(names)s, ',', ''), string_to_array(%(measures)s, ',', '')) "
-            f"    AS n(id, attempt, cancelled, name, measure) ON n.id = w.id "
-            f"    AND n.attempt = w.attempt AND n.cancelled = (w.status <> v.status) "
-            f"  CROSS JOIN LATERAL (SELECT CASE n.measure WHEN 'run' THEN w.run_seconds "
-            f"    WHEN 'wait' THEN w.wait_seconds END AS seconds) AS d) AS s "
+            f"    string_to_array(%(names)s, ',', ''), string_to_array(%(cancel_names)s, ',', '')) "
+            f"    AS n(id, attempt, name, cancel_name) ON n.id = w.id AND n.attempt = w.attempt "
+            f"  CROSS JOIN LATERAL (SELECT CASE WHEN w.cancelled THEN n.cancel_name "
+            f"    ELSE n.name END AS ending) AS e "
+            f"  CROSS JOIN LATERAL (VALUES {made}) AS x(name, bucket) "
+            f"  WHERE e.ending IS NOT NULL) AS s "
             f"WHERE s.bucket IS NOT NULL "
             f"GROUP BY s.queue, s.task_name, s.name, s.bucket "
             f"ORDER BY s.queue, s.task_name, s.name, s.bucket "
@@ -1273,7 +1288,7 @@ class PostgresDriver(Driver):
             f"{_RECORDED_FROM} LEFT JOIN claimed ON false "
             f"UNION ALL SELECT 'c', {', '.join(['NULL'] * 10)}, claimed.* FROM claimed"
         )
-        self._record_and_claim_cache = (tuple(bounds), sql)
+        self._record_and_claim_cache = (bounds, counters, sql)
         return sql
 
     def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:
