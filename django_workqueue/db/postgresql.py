@@ -248,6 +248,16 @@ _CLAIMED = (
 # attempts of one job).
 _RECORDED_FROM = "FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
 
+
+def _by_id(alias: str, rows: str) -> str:
+    """A condition that reaches the jobs (``alias``) whose ids CTE ``rows`` holds through the
+    primary key only: one array of ids probing it. A join on ``id`` may be planned as a scan
+    of an index on ``status`` (every running job of every worker, in a fleet) or, where the
+    table was small when a kept generic plan was made, of the whole table; the array's probe
+    holds whatever the estimates (docs/explanation/performance.md)."""
+    return f"{alias}.id = ANY (ARRAY(SELECT id FROM {rows}))"
+
+
 # A worker's leases (job id, attempt), given as two arrays (``_lease_params``).
 _LEASES = "(id, attempt) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))"
 
@@ -1092,7 +1102,9 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id, "
+            # `status || ''`: each row by its primary key, never every running job by status.
+            f"AND j.status || '' = 'running' "
+            f"RETURNING j.id, j.attempt, j.status, j.workflow_id, "
             f"j.queue, j.task_name, {cancel} AS cancelled, "
             f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
             f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
@@ -1125,7 +1137,7 @@ class PostgresDriver(Driver):
         if not skip_locked:
             return "SELECT id FROM v"
         return (
-            f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
+            f"SELECT j.id FROM {self.table} AS j WHERE {_by_id('j', 'v')} "
             f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
         )
 
@@ -1142,7 +1154,7 @@ class PostgresDriver(Driver):
         skip = " SKIP LOCKED" if skip_locked else ""
         workflows = (
             f"flows AS MATERIALIZED (SELECT w.id FROM {flows} AS w WHERE w.id IN "
-            f"  (SELECT j.workflow_id FROM {self.table} AS j JOIN v ON j.id = v.id) "
+            f"  (SELECT j.workflow_id FROM {self.table} AS j WHERE {_by_id('j', 'v')}) "
             f"  ORDER BY w.id FOR NO KEY UPDATE OF w{skip})"
         )
         if not skip_locked:
@@ -1158,8 +1170,8 @@ class PostgresDriver(Driver):
         in_flow = "FALSE" if outside_workflows else "j.workflow_id IN (SELECT id FROM flows)"
         return (
             f"{workflows}, "
-            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
-            f"  WHERE j.workflow_id IS NULL OR {in_flow} "
+            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j WHERE {_by_id('j', 'v')} "
+            f"  AND (j.workflow_id IS NULL OR {in_flow}) "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)"
         )
 
@@ -1194,19 +1206,7 @@ class PostgresDriver(Driver):
         self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
     ) -> tuple[Recorded, list[ClaimedJob]]:
         sql = self._record_and_claim_sql(write.bounds, write.counters)
-        counted = write.counted
-        params: dict[str, Any] = {
-            "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
-            # The counted outcomes' columns go as comma-joined text, split on the server:
-            # psycopg dumps a list element by element in Python (a regex for each string), which
-            # cost the control thread about a third of its time per job (issue 32). Counter
-            # names are identifiers (stats/counters.py): no comma, never ''.
-            "ids": ",".join([str(row[0]) for row in counted]),
-            "attempts": ",".join([str(row[1]) for row in counted]),
-            "names": ",".join([row[2] or "" for row in counted]),
-            "cancel_names": ",".join([row[3] or "" for row in counted]),
-            "now": None, "limit": limit, "queues": list(queues),
-        }  # fmt: skip
+        params = self._record_and_claim_params(owner, write, queues, limit)
         with self._prepared(sql, params) as cursor:  # planned for its first 5 calls only
             rows = cursor.fetchall()
         # Each row is the write's (kind 'w', `_recorded`'s ten columns) or the claim's
@@ -1220,6 +1220,22 @@ class PostgresDriver(Driver):
                 jobs.append(ClaimedJob(*row[11:]))
         jobs.sort(key=_claim_order)
         return _recorded_from(written), jobs
+
+    def _record_and_claim_params(
+        self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
+    ) -> dict[str, Any]:
+        return {
+            "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
+            # The counted outcomes' columns go as comma-joined text, split on the server:
+            # psycopg dumps a list element by element in Python (a regex for each string), which
+            # cost the control thread about a third of its time per job (issue 32). Counter
+            # names are identifiers (stats/counters.py): no comma, never ''.
+            "ids": ",".join([str(row[0]) for row in write.counted]),
+            "attempts": ",".join([str(row[1]) for row in write.counted]),
+            "names": ",".join([row[2] or "" for row in write.counted]),
+            "cancel_names": ",".join([row[3] or "" for row in write.counted]),
+            "now": None, "limit": limit, "queues": list(queues),
+        }  # fmt: skip
 
     def _record_and_claim_sql(
         self, bounds: Sequence[float], counters: Sequence[tuple[str | None, str | None]]
