@@ -48,11 +48,12 @@ class PostgreSQLPartialIndex(models.Index):
     the condition from the queries that read it (SQLite proves a partial index usable only from
     a term of the query's own ``WHERE``, never an ``IN`` list from an ``=``)."""
 
-    def _get_condition_sql(self, model: Any, schema_editor: Any) -> str | None:
-        if schema_editor.connection.vendor != "postgresql":
-            return None
-        condition: str | None = super()._get_condition_sql(model, schema_editor)
-        return condition
+    def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
+        if self.condition is None or schema_editor.connection.vendor == "postgresql":
+            return super().create_sql(model, schema_editor, using, **kwargs)
+        whole = self.clone()
+        whole.condition = None
+        return whole.create_sql(model, schema_editor, using, **kwargs)
 
 
 class AuditSource(models.TextChoices):

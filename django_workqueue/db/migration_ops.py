@@ -171,30 +171,15 @@ class DropIndexConcurrently(Operation):
         return f"Drop index {self.index_name} (concurrently on PostgreSQL)"
 
 
-class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
-    """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
+class _Replacing(Operation):
+    """What the two replacing operations share: ``old`` gives way to ``new`` (forwards) and
+    back (backwards), on PostgreSQL by ``_swap``, elsewhere by Django's remove then add in one
+    transaction."""
 
-    On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
-    a temporary name first, then the old one is dropped and the new one renamed: uniqueness is
-    enforced at every moment (the new condition must refuse every row the old one refused), and
-    neither build nor drop blocks writes. A run that stopped after the build (or after the drop)
-    keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
-    one transaction."""
-
-    def __init__(
-        self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
-    ) -> None:
-        super().__init__(model_name, constraint)
-        self.new = constraint
-        self.old = old
-
-    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
-        return self.__class__.__qualname__, [], kwargs
-
-    def state_forwards(self, app_label: str, state: ProjectState) -> None:
-        state.remove_constraint(app_label, self.model_name_lower, self.old.name)
-        state.add_constraint(app_label, self.model_name_lower, self.new)
+    model_name: str
+    old: Any
+    new: Any
+    prefix: str  # how ``new`` is created, for ``_swap``
 
     def database_forwards(
         self,
@@ -215,8 +200,9 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         self._replace(app_label, schema_editor, to_state, self.new, self.old)
 
     def reduce(self, operation: Operation, app_label: str) -> Any:
-        # Not AddConstraint's: folded into a later remove or change of the same name, the old
-        # constraint's removal would be lost. Only elidable neighbours are optimized across.
+        # Not AddConstraint's or AddIndex's: folded into a later remove or change of the same
+        # name, the old one's removal would be lost. Only elidable neighbours are optimized
+        # across.
         return Operation.reduce(self, operation, app_label)
 
     def _replace(
@@ -224,8 +210,8 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         app_label: str,
         schema_editor: BaseDatabaseSchemaEditor,
         state: ProjectState,
-        old: models.UniqueConstraint,
-        new: models.UniqueConstraint,
+        old: Any,
+        new: Any,
     ) -> None:
         model = state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
@@ -233,71 +219,70 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         if not _postgresql(schema_editor):
             with transaction.atomic(using=schema_editor.connection.alias):
                 _drop_index(schema_editor, old.name)  # SQLite: a unique index too
-                schema_editor.add_constraint(model, new)
+                self._add(schema_editor, model, new)
             return
-        _swap(schema_editor, model, old.name, new, "CREATE UNIQUE INDEX ")
+        _swap(schema_editor, model, old.name, new, self.prefix)
+
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        raise NotImplementedError
+
+
+class ReplaceUniqueIndexConcurrently(_Replacing, migrations.AddConstraint):
+    """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
+
+    On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
+    a temporary name first, then the old one is dropped and the new one renamed: uniqueness is
+    enforced at every moment (the new condition must refuse every row the old one refused), and
+    neither build nor drop blocks writes. A run that stopped after the build (or after the drop)
+    keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
+    one transaction."""
+
+    prefix = "CREATE UNIQUE INDEX "
+
+    def __init__(
+        self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
+    ) -> None:
+        super().__init__(model_name, constraint)
+        self.new = constraint
+        self.old = old
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
+        return self.__class__.__qualname__, [], kwargs
+
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
+        state.remove_constraint(app_label, self.model_name_lower, self.old.name)
+        state.add_constraint(app_label, self.model_name_lower, self.new)
+
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        schema_editor.add_constraint(model, new)
 
     def describe(self) -> str:
         return f"Replace unique index {self.new.name} (concurrently on PostgreSQL)"
 
 
-class ReplaceIndexConcurrently(migrations.AddIndex):
+class ReplaceIndexConcurrently(_Replacing, migrations.AddIndex):
     """Replace the index ``old`` with ``index`` (its columns or its condition changed; the names
     may be the same): on PostgreSQL without blocking writes and without a moment with neither
     (``_swap``); elsewhere Django's remove then add, in one transaction."""
 
+    prefix = "CREATE INDEX "
+
     def __init__(self, model_name: str, index: models.Index, old: models.Index) -> None:
         super().__init__(model_name, index)
+        self.new = index
         self.old = old
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        kwargs = {"model_name": self.model_name, "index": self.index, "old": self.old}
+        kwargs = {"model_name": self.model_name, "index": self.new, "old": self.old}
         return self.__class__.__qualname__, [], kwargs
 
     def state_forwards(self, app_label: str, state: ProjectState) -> None:
         state.remove_index(app_label, self.model_name_lower, self.old.name)
-        state.add_index(app_label, self.model_name_lower, self.index)
+        state.add_index(app_label, self.model_name_lower, self.new)
 
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        self._replace(app_label, schema_editor, to_state, self.old, self.index)
-
-    def database_backwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        self._replace(app_label, schema_editor, to_state, self.index, self.old)
-
-    def reduce(self, operation: Operation, app_label: str) -> Any:
-        # Not AddIndex's: folded into a later removal of the same name, the old index's
-        # removal would be lost.
-        return Operation.reduce(self, operation, app_label)
-
-    def _replace(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        state: ProjectState,
-        old: models.Index,
-        new: models.Index,
-    ) -> None:
-        model = state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        if not _postgresql(schema_editor):
-            with transaction.atomic(using=schema_editor.connection.alias):
-                _drop_index(schema_editor, old.name)
-                schema_editor.add_index(model, new)
-            return
-        _swap(schema_editor, model, old.name, new, "CREATE INDEX ")
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        schema_editor.add_index(model, new)
 
     def describe(self) -> str:
-        return f"Replace index {self.index.name} (concurrently on PostgreSQL)"
+        return f"Replace index {self.new.name} (concurrently on PostgreSQL)"
