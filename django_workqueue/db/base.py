@@ -372,14 +372,18 @@ class CountedWrite:
     above the driver (``stats/counters.py``), for ``Driver.record_and_claim``."""
 
     outcomes: Sequence[Outcome]
-    counted: Sequence[tuple[int, int, bool, str, str | None]]
-    """The counter rows each outcome adds to once written: (job id, attempt, whether for the
-    status a requested cancellation picks, counter, the duration that classes it: ``"run"``,
-    ``"wait"``, or None for class 0)."""
+    counted: Sequence[tuple[int, int, str | None, str | None]]
+    """The outcomes that count once written, one row each: (job id, attempt, the counter of
+    the status decided, the counter of the status a requested cancellation picks; None: that
+    status counts nothing)."""
     shard: int
     """The counter rows' shard of the writing worker."""
     bounds: Sequence[float]
     """The smallest duration of each duration class from 1 on (``histogram.lower_bounds``)."""
+    counters: Sequence[tuple[str | None, str | None]]
+    """The counters a counted outcome adds to (``stats.counters.COUNTERS``): (counter, or None
+    for the outcome's own ending; the duration that classes it, ``"run"`` or ``"wait"``, or
+    None for class 0)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -58,6 +58,30 @@ def _build(schema_editor: BaseDatabaseSchemaEditor, name: str, create: str) -> N
     schema_editor.execute(create)
 
 
+def _swap(
+    schema_editor: BaseDatabaseSchemaEditor,
+    model: type[models.Model],
+    old: str,
+    new: models.Index | models.UniqueConstraint,
+    prefix: str,
+) -> None:
+    """PostgreSQL: put ``new`` in the place of the index ``old`` without blocking writes, and
+    without a moment with neither: ``new`` is built CONCURRENTLY under a temporary name, then
+    ``old`` is dropped and ``new`` renamed. ``prefix`` is how ``new`` is created
+    (``"CREATE INDEX "`` or ``"CREATE UNIQUE INDEX "``). A run that stopped after the build (or
+    after the drop) keeps the valid new index and goes on from there."""
+    quote = schema_editor.quote_name
+    temporary = f"{new.name[:50]}_new"
+    building = new.clone()  # every option kept (include, condition, ...), renamed
+    building.name = temporary
+    sql = str(building.create_sql(model, schema_editor))
+    if not sql.startswith(prefix):  # e.g. not an index: a plain constraint cannot be concurrent
+        raise ValueError(f"{new.name} is not built by {prefix.strip()}: {sql}")
+    _build(schema_editor, temporary, f"{prefix}CONCURRENTLY {sql[len(prefix) :]}")
+    _drop_index(schema_editor, old)
+    schema_editor.execute(f"ALTER INDEX {quote(temporary)} RENAME TO {quote(new.name)}")
+
+
 class AddIndexConcurrently(migrations.AddIndex):
     """``AddIndex``, built without blocking writes on PostgreSQL."""
 
@@ -147,30 +171,15 @@ class DropIndexConcurrently(Operation):
         return f"Drop index {self.index_name} (concurrently on PostgreSQL)"
 
 
-class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
-    """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
+class _Replacing(Operation):
+    """What the two replacing operations share: ``old`` gives way to ``new`` (forwards) and
+    back (backwards), on PostgreSQL by ``_swap``, elsewhere by Django's remove then add in one
+    transaction."""
 
-    On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
-    a temporary name first, then the old one is dropped and the new one renamed: uniqueness is
-    enforced at every moment (the new condition must refuse every row the old one refused), and
-    neither build nor drop blocks writes. A run that stopped after the build (or after the drop)
-    keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
-    one transaction."""
-
-    def __init__(
-        self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
-    ) -> None:
-        super().__init__(model_name, constraint)
-        self.new = constraint
-        self.old = old
-
-    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
-        return self.__class__.__qualname__, [], kwargs
-
-    def state_forwards(self, app_label: str, state: ProjectState) -> None:
-        state.remove_constraint(app_label, self.model_name_lower, self.old.name)
-        state.add_constraint(app_label, self.model_name_lower, self.new)
+    model_name: str
+    old: Any
+    new: Any
+    prefix: str  # how ``new`` is created, for ``_swap``
 
     def database_forwards(
         self,
@@ -191,8 +200,9 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         self._replace(app_label, schema_editor, to_state, self.new, self.old)
 
     def reduce(self, operation: Operation, app_label: str) -> Any:
-        # Not AddConstraint's: folded into a later remove or change of the same name, the old
-        # constraint's removal would be lost. Only elidable neighbours are optimized across.
+        # Not AddConstraint's or AddIndex's: folded into a later remove or change of the same
+        # name, the old one's removal would be lost. Only elidable neighbours are optimized
+        # across.
         return Operation.reduce(self, operation, app_label)
 
     def _replace(
@@ -200,8 +210,8 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         app_label: str,
         schema_editor: BaseDatabaseSchemaEditor,
         state: ProjectState,
-        old: models.UniqueConstraint,
-        new: models.UniqueConstraint,
+        old: Any,
+        new: Any,
     ) -> None:
         model = state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
@@ -209,19 +219,70 @@ class ReplaceUniqueIndexConcurrently(migrations.AddConstraint):
         if not _postgresql(schema_editor):
             with transaction.atomic(using=schema_editor.connection.alias):
                 _drop_index(schema_editor, old.name)  # SQLite: a unique index too
-                schema_editor.add_constraint(model, new)
+                self._add(schema_editor, model, new)
             return
-        quote = schema_editor.quote_name
-        temporary = f"{new.name[:50]}_new"
-        building = new.clone()  # every option kept (include, nulls_distinct, ...), renamed
-        building.name = temporary
-        sql = str(building.create_sql(model, schema_editor))
-        prefix = "CREATE UNIQUE INDEX "
-        if not sql.startswith(prefix):  # not an index: a plain constraint cannot be concurrent
-            raise ValueError(f"{new.name} is not built as a unique index: {sql}")
-        _build(schema_editor, temporary, f"CREATE UNIQUE INDEX CONCURRENTLY {sql[len(prefix) :]}")
-        _drop_index(schema_editor, old.name)
-        schema_editor.execute(f"ALTER INDEX {quote(temporary)} RENAME TO {quote(new.name)}")
+        _swap(schema_editor, model, old.name, new, self.prefix)
+
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        raise NotImplementedError
+
+
+class ReplaceUniqueIndexConcurrently(_Replacing, migrations.AddConstraint):
+    """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
+
+    On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
+    a temporary name first, then the old one is dropped and the new one renamed: uniqueness is
+    enforced at every moment (the new condition must refuse every row the old one refused), and
+    neither build nor drop blocks writes. A run that stopped after the build (or after the drop)
+    keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
+    one transaction."""
+
+    prefix = "CREATE UNIQUE INDEX "
+
+    def __init__(
+        self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
+    ) -> None:
+        super().__init__(model_name, constraint)
+        self.new = constraint
+        self.old = old
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
+        return self.__class__.__qualname__, [], kwargs
+
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
+        state.remove_constraint(app_label, self.model_name_lower, self.old.name)
+        state.add_constraint(app_label, self.model_name_lower, self.new)
+
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        schema_editor.add_constraint(model, new)
 
     def describe(self) -> str:
         return f"Replace unique index {self.new.name} (concurrently on PostgreSQL)"
+
+
+class ReplaceIndexConcurrently(_Replacing, migrations.AddIndex):
+    """Replace the index ``old`` with ``index`` (its columns or its condition changed; the names
+    may be the same): on PostgreSQL without blocking writes and without a moment with neither
+    (``_swap``); elsewhere Django's remove then add, in one transaction."""
+
+    prefix = "CREATE INDEX "
+
+    def __init__(self, model_name: str, index: models.Index, old: models.Index) -> None:
+        super().__init__(model_name, index)
+        self.new = index
+        self.old = old
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        kwargs = {"model_name": self.model_name, "index": self.new, "old": self.old}
+        return self.__class__.__qualname__, [], kwargs
+
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
+        state.remove_index(app_label, self.model_name_lower, self.old.name)
+        state.add_index(app_label, self.model_name_lower, self.new)
+
+    def _add(self, schema_editor: BaseDatabaseSchemaEditor, model: Any, new: Any) -> None:
+        schema_editor.add_index(model, new)
+
+    def describe(self) -> str:
+        return f"Replace index {self.new.name} (concurrently on PostgreSQL)"

@@ -248,6 +248,16 @@ _CLAIMED = (
 # attempts of one job).
 _RECORDED_FROM = "FROM v LEFT JOIN written AS w ON w.id = v.id AND w.attempt = v.attempt"
 
+
+def _by_id(alias: str, rows: str) -> str:
+    """A condition that reaches the jobs (``alias``) whose ids CTE ``rows`` holds through the
+    primary key only: one array of ids probing it. A join on ``id`` may be planned as a scan
+    of an index on ``status`` (every running job of every worker, in a fleet) or, where the
+    table was small when a kept generic plan was made, of the whole table; the array's probe
+    holds whatever the estimates (docs/explanation/performance.md)."""
+    return f"{alias}.id = ANY (ARRAY(SELECT id FROM {rows}))"
+
+
 # A worker's leases (job id, attempt), given as two arrays (``_lease_params``).
 _LEASES = "(id, attempt) IN (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]))"
 
@@ -302,7 +312,7 @@ class PostgresDriver(Driver):
         super().__init__(alias)
         self._insert_sql: dict[tuple[bool, bool], str] = {}
         # record_and_claim's statement and the bounds it was made for.
-        self._record_and_claim_cache: tuple[tuple[float, ...], str] | None = None
+        self._record_and_claim_cache: tuple[Sequence[float], Sequence[object], str] | None = None
 
     def insert(
         self,
@@ -1092,8 +1102,10 @@ class PostgresDriver(Driver):
             f"lease_owner = NULL, lease_expires_at = NULL "
             f"FROM v JOIN free ON free.id = v.id "
             f"WHERE j.id = v.id AND j.attempt = v.attempt AND j.lease_owner = %(owner)s "
-            f"AND j.status = 'running' RETURNING j.id, j.attempt, j.status, j.workflow_id, "
-            f"j.queue, j.task_name, "
+            # `status || ''`: each row by its primary key, never every running job by status.
+            f"AND j.status || '' = 'running' "
+            f"RETURNING j.id, j.attempt, j.status, j.workflow_id, "
+            f"j.queue, j.task_name, {cancel} AS cancelled, "
             f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
             f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
         )
@@ -1125,7 +1137,7 @@ class PostgresDriver(Driver):
         if not skip_locked:
             return "SELECT id FROM v"
         return (
-            f"SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
+            f"SELECT j.id FROM {self.table} AS j WHERE {_by_id('j', 'v')} "
             f"ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
         )
 
@@ -1142,7 +1154,7 @@ class PostgresDriver(Driver):
         skip = " SKIP LOCKED" if skip_locked else ""
         workflows = (
             f"flows AS MATERIALIZED (SELECT w.id FROM {flows} AS w WHERE w.id IN "
-            f"  (SELECT j.workflow_id FROM {self.table} AS j JOIN v ON j.id = v.id) "
+            f"  (SELECT j.workflow_id FROM {self.table} AS j WHERE {_by_id('j', 'v')}) "
             f"  ORDER BY w.id FOR NO KEY UPDATE OF w{skip})"
         )
         if not skip_locked:
@@ -1158,8 +1170,8 @@ class PostgresDriver(Driver):
         in_flow = "FALSE" if outside_workflows else "j.workflow_id IN (SELECT id FROM flows)"
         return (
             f"{workflows}, "
-            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j JOIN v ON j.id = v.id "
-            f"  WHERE j.workflow_id IS NULL OR {in_flow} "
+            f"free AS MATERIALIZED (SELECT j.id FROM {self.table} AS j WHERE {_by_id('j', 'v')} "
+            f"  AND (j.workflow_id IS NULL OR {in_flow}) "
             f"  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)"
         )
 
@@ -1193,21 +1205,8 @@ class PostgresDriver(Driver):
     def record_and_claim(
         self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
     ) -> tuple[Recorded, list[ClaimedJob]]:
-        sql = self._record_and_claim_sql(write.bounds)
-        counted = write.counted
-        params: dict[str, Any] = {
-            "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
-            # The counter rows' columns go as comma-joined text, split on the server: psycopg
-            # dumps a list element by element in Python (a regex for each string), which cost
-            # the control thread about a third of its time per job (issue 32). Counter names
-            # and measures are identifiers (stats/counters.py): no comma, never ''.
-            "ids": ",".join([str(row[0]) for row in counted]),
-            "attempts": ",".join([str(row[1]) for row in counted]),
-            "cancelled": ",".join(["t" if row[2] else "f" for row in counted]),
-            "names": ",".join([row[3] or "" for row in counted]),
-            "measures": ",".join([row[4] or "" for row in counted]),
-            "now": None, "limit": limit, "queues": list(queues),
-        }  # fmt: skip
+        sql = self._record_and_claim_sql(write.bounds, write.counters)
+        params = self._record_and_claim_params(owner, write, queues, limit)
         with self._prepared(sql, params) as cursor:  # planned for its first 5 calls only
             rows = cursor.fetchall()
         # Each row is the write's (kind 'w', `_recorded`'s ten columns) or the claim's
@@ -1222,44 +1221,76 @@ class PostgresDriver(Driver):
         jobs.sort(key=_claim_order)
         return _recorded_from(written), jobs
 
-    def _record_and_claim_sql(self, bounds: Sequence[float]) -> str:
+    def _record_and_claim_params(
+        self, owner: str, write: CountedWrite, queues: Sequence[str], limit: int
+    ) -> dict[str, Any]:
+        return {
+            "batch": self.batch(write.outcomes), "owner": owner, "shard": write.shard,
+            # The counted outcomes' columns go as comma-joined text, split on the server:
+            # psycopg dumps a list element by element in Python (a regex for each string), which
+            # cost the control thread about a third of its time per job (issue 32). Counter
+            # names are identifiers (stats/counters.py): no comma, never ''.
+            "ids": ",".join([str(row[0]) for row in write.counted]),
+            "attempts": ",".join([str(row[1]) for row in write.counted]),
+            "names": ",".join([row[2] or "" for row in write.counted]),
+            "cancel_names": ",".join([row[3] or "" for row in write.counted]),
+            "now": None, "limit": limit, "queues": list(queues),
+        }  # fmt: skip
+
+    def _record_and_claim_sql(
+        self, bounds: Sequence[float], counters: Sequence[tuple[str | None, str | None]]
+    ) -> str:
         """``record_and_claim``'s statement, made once per duration classes' lower bounds
-        (``histogram.lower_bounds()``, the same tuple on every pass): the same text on every
-        pass, as a prepared statement needs, and no text to build on the control thread.
+        (``histogram.lower_bounds()``, the same tuple on every pass) and counters
+        (``stats.counters.COUNTERS``): the same text on every pass, as a prepared statement
+        needs, and no text to build on the control thread.
 
         The bounds are a literal of the statement (``_float8_array``), not a parameter:
         psycopg dumped a list of floats element by element in Python on every pass (issue
         32)."""
         cached = self._record_and_claim_cache
-        if cached is not None and (cached[0] is bounds or cached[0] == bounds):
-            return cached[1]
+        if cached is not None and (
+            (cached[0] is bounds and cached[1] is counters)
+            or (cached[0] == bounds and cached[1] == counters)
+        ):
+            return cached[2]
         literal = _float8_array(bounds)
         # Three parts in one statement, one snapshot: rows the write finishes are `running` in
         # it, so the claim (which reads `ready` rows) never touches one, and no row is updated
         # twice. The statistics' upsert reads the rows the write returned: counted iff
-        # written, and committed with them. Which counter rows an attempt adds to is decided
-        # above (`counted`: for each status the row may take, the counter and the duration
-        # that classes it); here they are only joined to the rows written, and a duration is
-        # classed as `counters.duration_class` does (`width_bucket` over the lower bounds of
+        # written, and committed with them. Which counter an attempt adds to is decided above
+        # (`counted`: one row per outcome, the ending of each status its row may take); here
+        # the ending its row took is picked, each of `counters` made a row of it (a VALUES
+        # list per written job: no row per counter travels), and a duration classed as
+        # `counters.duration_class` does (`width_bucket` over the lower bounds of
         # `histogram.bucket`'s classes, where it is >= 0). Rows are upserted in key order, as
         # `count_stats` does. The last SELECT answers both the write (kind 'w', `_recorded`'s
         # columns) and the claim (kind 'c', `ClaimedJob`'s).
+        seconds = {"run": "w.run_seconds", "wait": "w.wait_seconds"}
+        made = ", ".join(
+            "({}, {})".format(
+                "e.ending" if name is None else f"'{name}'",
+                "0"
+                if measure is None
+                else f"CASE WHEN {seconds[measure]} >= 0 "
+                f"THEN width_bucket({seconds[measure]}, {literal}) END",
+            )
+            for name, measure in counters
+        )
         counted = (
             f"counted AS (INSERT INTO {self.stats_table} AS c "
             f"  (minute, queue, task_name, name, bucket, shard, count) "
             f"SELECT date_trunc('minute', {CLOCK}), s.queue, s.task_name, s.name, s.bucket, "
-            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, n.name, "
-            f"  (CASE WHEN n.measure IS NULL THEN 0 WHEN d.seconds >= 0 "
-            f"    THEN width_bucket(d.seconds, {literal}) END)::smallint AS bucket "
-            f"  FROM written AS w JOIN v ON v.id = w.id AND v.attempt = w.attempt "
+            f"  %(shard)s::smallint, count(*) FROM (SELECT w.queue, w.task_name, x.name, "
+            f"  x.bucket::smallint AS bucket FROM written AS w "
             f"  JOIN unnest(string_to_array(%(ids)s, ',')::bigint[], "
             f"    string_to_array(%(attempts)s, ',')::integer[], "
-            f"    string_to_array(%(cancelled)s, ',')::boolean[], "
-            f"    string_to_array(%(names)s, ',', ''), string_to_array(%(measures)s, ',', '')) "
-            f"    AS n(id, attempt, cancelled, name, measure) ON n.id = w.id "
-            f"    AND n.attempt = w.attempt AND n.cancelled = (w.status <> v.status) "
-            f"  CROSS JOIN LATERAL (SELECT CASE n.measure WHEN 'run' THEN w.run_seconds "
-            f"    WHEN 'wait' THEN w.wait_seconds END AS seconds) AS d) AS s "
+            f"    string_to_array(%(names)s, ',', ''), string_to_array(%(cancel_names)s, ',', '')) "
+            f"    AS n(id, attempt, name, cancel_name) ON n.id = w.id AND n.attempt = w.attempt "
+            f"  CROSS JOIN LATERAL (SELECT CASE WHEN w.cancelled THEN n.cancel_name "
+            f"    ELSE n.name END AS ending) AS e "
+            f"  CROSS JOIN LATERAL (VALUES {made}) AS x(name, bucket) "
+            f"  WHERE e.ending IS NOT NULL) AS s "
             f"WHERE s.bucket IS NOT NULL "
             f"GROUP BY s.queue, s.task_name, s.name, s.bucket "
             f"ORDER BY s.queue, s.task_name, s.name, s.bucket "
@@ -1273,7 +1304,7 @@ class PostgresDriver(Driver):
             f"{_RECORDED_FROM} LEFT JOIN claimed ON false "
             f"UNION ALL SELECT 'c', {', '.join(['NULL'] * 10)}, claimed.* FROM claimed"
         )
-        self._record_and_claim_cache = (tuple(bounds), sql)
+        self._record_and_claim_cache = (bounds, counters, sql)
         return sql
 
     def count_stats(self, counters: Sequence[tuple[str, str, str, int, int, int]]) -> None:

@@ -63,30 +63,38 @@ def ending(kind: OutcomeKind | None, status: str) -> str | None:
     return None
 
 
+COUNTERS: tuple[tuple[str | None, str | None], ...] = (
+    (None, None),
+    ("run", "run"),
+    ("wait", "wait"),
+)
+"""The counters one attempt adds to once its outcome is written, each with the duration that
+classes it (None: class 0): its ending (None: the ending's own name), its run, its wait. The one
+shape of ``count`` and of the one-statement pass's (``counted_write``)."""
+
+
 def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
-    """``outcomes`` with the counter rows ``count`` would add for each, whichever status its
-    row takes, for a driver that counts them in the statement that writes them
-    (``Driver.record_and_claim``): the statement only joins them to the rows it wrote and
-    classes their durations (``duration_class``)."""
+    """``outcomes`` with the counter each would add to, whichever status its row takes, for a
+    driver that counts them in the statement that writes them (``Driver.record_and_claim``):
+    one row per outcome that counts, (job id, attempt, the ending of the decided status, the
+    ending of the status a requested cancellation picks). The statement joins them to the rows
+    it wrote, picks the ending the row took, adds the ``COUNTERS`` of it and classes their
+    durations (``duration_class``)."""
     counted = []
     for o in outcomes:
-        for cancelled, status in ((False, o.status), (True, o.status_if_cancel_requested)):
-            name = ending(o.kind, status)
-            if name is not None:
-                counted += [
-                    (o.job_id, o.attempt, cancelled, counter, measure)
-                    for counter, measure in _counted(name)
-                ]
+        name = ending(o.kind, o.status)
+        if_cancelled = ending(o.kind, o.status_if_cancel_requested)
+        if name is not None or if_cancelled is not None:
+            counted.append((o.job_id, o.attempt, name, if_cancelled))
     return CountedWrite(
-        outcomes=outcomes, counted=counted, shard=_shard(owner), bounds=lower_bounds()
-    )
+        outcomes=outcomes, counted=counted, shard=_shard(owner), bounds=lower_bounds(),
+        counters=COUNTERS,
+    )  # fmt: skip
 
 
 def _counted(name: str) -> list[tuple[str, str | None]]:
-    """The counters one attempt counted as ``name`` adds to, each with the duration that
-    classes it (None: class 0): its ending, its run, its wait. The one shape of ``count``
-    and of the one-statement pass's (``counted_write``)."""
-    return [(name, None), ("run", "run"), ("wait", "wait")]
+    """The counters one attempt counted as ``name`` adds to (``COUNTERS``)."""
+    return [(name if counter is None else counter, measure) for counter, measure in COUNTERS]
 
 
 def duration_class(seconds: float | None) -> int | None:

@@ -135,3 +135,52 @@ def test_a_rerun_after_a_failed_concurrent_build_drops_the_invalid_index_and_bui
             "ON c.oid = i.indexrelid WHERE c.relname LIKE 'wq_job_unique_active%%'"
         )
         assert cursor.fetchone()[0] is True
+
+
+LAST_BEFORE_0017, MIGRATION_0017 = (
+    "0016_job_claimed_ahead",
+    "0017_job_status_finished_partial_on_postgresql",
+)
+
+
+def test_0017_leaves_waiting_and_running_jobs_out_of_the_finished_index_on_postgresql_only():
+    """wq_job_status_finished holds ended jobs only on PostgreSQL (a job writes no entry there
+    when it is enqueued or claimed); on SQLite every row, as before (its planner would not
+    prove the condition from a status filter). Back and forth on both databases."""
+    try:
+        call_command("migrate", APP, LAST_BEFORE_0017, verbosity=0)
+        assert "WHERE" not in index_sql("wq_job_status_finished")
+        call_command("migrate", APP, MIGRATION_0017, verbosity=0)
+    finally:
+        call_command("migrate", verbosity=0)  # whatever happened, the latest schema again
+
+    definition = index_sql("wq_job_status_finished")
+    if connection.vendor == "postgresql":
+        condition = definition.split("WHERE")[1]
+        assert all(status in condition for status in ("succeeded", "failed", "cancelled"))
+        assert "running" not in condition and "ready" not in condition
+    else:
+        assert "WHERE" not in definition and "status" in definition
+    assert indexes()["wq_job_status_finished"]["columns"] == ["status", "finished_at"]
+    assert not [name for name in indexes() if name.endswith("_new")]
+
+
+@pytest.mark.postgres_only
+def test_0017_builds_the_partial_index_before_it_drops_the_whole_one():
+    """Retention and the lists of ended jobs always have an index: the partial one is built
+    CONCURRENTLY under a temporary name, then the whole one dropped (CONCURRENTLY), then the
+    new one renamed."""
+    executor = MigrationExecutor(connection)
+    state = executor.loader.project_state((APP, LAST_BEFORE_0017))
+    migration = executor.loader.get_migration(APP, MIGRATION_0017)
+    with connection.schema_editor(collect_sql=True, atomic=False) as editor:
+        migration.apply(state, editor, collect_sql=True)
+    statements = [sql for sql in editor.collected_sql if not sql.startswith("--")]
+
+    assert not migration.atomic
+    assert [sql.split(" ON ")[0] for sql in statements] == [
+        'CREATE INDEX CONCURRENTLY "wq_job_status_finished_new"',
+        'DROP INDEX CONCURRENTLY IF EXISTS "wq_job_status_finished";',
+        'ALTER INDEX "wq_job_status_finished_new" RENAME TO "wq_job_status_finished";',
+    ]
+    assert "WHERE" in statements[0]

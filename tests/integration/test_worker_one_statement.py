@@ -6,7 +6,9 @@ concerned: SQLite keeps one transaction per pass, which the last test checks on 
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -457,6 +459,69 @@ def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
     assert sorted(e.status for e in at_once.ended) == sorted(e.status for e in recorded.ended)
     assert [job.id for job in claimed] == [ready[1].pk, ready[0].pk]  # as claim() orders
     assert {fresh(job).status for job in ready} == {Status.RUNNING}
+
+
+def _generic_plan(sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The plan PostgreSQL keeps for ``sql`` once it plans it generically (as it does a
+    worker's pass from its sixth call), run once: ``EXPLAIN (ANALYZE)`` of it prepared, with
+    ``plan_cache_mode = force_generic_plan``, in one transaction."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found.group(1) not in names:
+            names.append(found.group(1))
+        return f"${names.index(found.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", number, sql)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE wq_pass_plan AS {text}")
+        try:
+            cursor.execute(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE wq_pass_plan "
+                f"({', '.join(['%s'] * len(names))})",
+                [params[name] for name in names],
+            )
+            (plan,) = cursor.fetchone()
+        finally:
+            cursor.execute("DEALLOCATE wq_pass_plan")
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
+
+
+@pytest.mark.postgres_only  # the plan of PostgreSQL's one statement
+@pytest.mark.postgres_direct  # PREPAREs a statement of its own
+def test_a_pass_reaches_the_jobs_it_writes_by_their_primary_key():
+    """The pass's kept (generic) plan reads the jobs whose outcomes it writes by their primary
+    key only: never every running job through an index on status (in a fleet, every
+    worker's, on every pass of each). The claim walks wq_job_claim. (A table of a few rows
+    is read whole by any plan: these jobs sit among finished ones.)"""
+    driver = driver_for("default")
+    Job.objects.bulk_create(
+        Job(task_name=add.name, status=Status.SUCCEEDED, finished_at=Now()) for _ in range(3000)
+    )
+    _running("worker-b", [(1.0, 0.0, False)] * 60)  # another worker's running jobs
+    ours = _running("worker-a", [(1.0, 0.0, False)] * 3)
+    add.enqueue_many([((i, 2), {}) for i in range(5)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    write = counters.counted_write("worker-a", _outcomes(ours))
+    sql = driver._record_and_claim_sql(write.bounds, write.counters)
+    plan = _generic_plan(sql, driver._record_and_claim_params("worker-a", write, ["default"], 5))
+
+    reads = {
+        (node["Node Type"], node.get("Index Name"))
+        for node in _nodes(plan)
+        if node.get("Relation Name") == Job._meta.db_table and node["Node Type"] != "ModifyTable"
+    }
+    by_key = {("Index Scan", "django_workqueue_job_pkey"),
+              ("Index Only Scan", "django_workqueue_job_pkey")}  # fmt: skip
+    assert reads - by_key == {("Index Scan", "wq_job_claim")}, reads
+    assert {fresh(job).status for job in ours} == {Status.SUCCEEDED, Status.FAILED,
+                                                   Status.CANCELLED}  # fmt: skip
 
 
 @pytest.mark.postgres_only
