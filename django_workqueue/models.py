@@ -48,6 +48,8 @@ class PostgreSQLPartialIndex(models.Index):
     the condition from the queries that read it (SQLite proves a partial index usable only from
     a term of the query's own ``WHERE``, never an ``IN`` list from an ``=``)."""
 
+    # Knowing the database here, not behind the driver: an index's SQL is made by Django's
+    # schema editor (migrations, SQLite's table remakes), which calls this and nothing of ours.
     def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
         if self.condition is None or schema_editor.connection.vendor == "postgresql":
             return super().create_sql(model, schema_editor, using, **kwargs)

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import migrations, models, router, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
+from django.db.migrations.operations.models import IndexOperation
 from django.db.migrations.state import ProjectState
 
 
@@ -171,15 +172,25 @@ class DropIndexConcurrently(Operation):
         return f"Drop index {self.index_name} (concurrently on PostgreSQL)"
 
 
-class _Replacing(Operation):
+class _Replacing(IndexOperation):
     """What the two replacing operations share: ``old`` gives way to ``new`` (forwards) and
     back (backwards), on PostgreSQL by ``_swap``, elsewhere by Django's remove then add in one
-    transaction."""
+    transaction (nothing, where both are made by the same SQL: SQLite's ``wq_job_status_finished``).
 
-    model_name: str
+    Not an ``AddIndex`` or ``AddConstraint``: the migration optimizer folds those into a
+    ``CreateModel`` of the model (``squashmigrations``), which would keep both and lose the old
+    one's removal."""
+
     old: Any
     new: Any
     prefix: str  # how ``new`` is created, for ``_swap``
+
+    def __init__(self, model_name: str, new: Any, old: Any) -> None:
+        self.model_name, self.new, self.old = model_name, new, old
+
+    @property
+    def migration_name_fragment(self) -> str:
+        return f"{self.model_name_lower}_{self.new.name.lower()}"
 
     def database_forwards(
         self,
@@ -199,12 +210,6 @@ class _Replacing(Operation):
     ) -> None:
         self._replace(app_label, schema_editor, to_state, self.new, self.old)
 
-    def reduce(self, operation: Operation, app_label: str) -> Any:
-        # Not AddConstraint's or AddIndex's: folded into a later remove or change of the same
-        # name, the old one's removal would be lost. Only elidable neighbours are optimized
-        # across.
-        return Operation.reduce(self, operation, app_label)
-
     def _replace(
         self,
         app_label: str,
@@ -217,6 +222,9 @@ class _Replacing(Operation):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _postgresql(schema_editor):
+            made = [str(each.create_sql(model, schema_editor)) for each in (old, new)]
+            if made[0] == made[1]:
+                return  # the same index: nothing to rebuild under the write lock
             with transaction.atomic(using=schema_editor.connection.alias):
                 _drop_index(schema_editor, old.name)  # SQLite: a unique index too
                 self._add(schema_editor, model, new)
@@ -227,7 +235,7 @@ class _Replacing(Operation):
         raise NotImplementedError
 
 
-class ReplaceUniqueIndexConcurrently(_Replacing, migrations.AddConstraint):
+class ReplaceUniqueIndexConcurrently(_Replacing):
     """Replace the conditional ``UniqueConstraint`` ``old`` with ``constraint`` of the same name.
 
     On PostgreSQL a conditional unique constraint is a unique index. The new one is built under
@@ -237,14 +245,14 @@ class ReplaceUniqueIndexConcurrently(_Replacing, migrations.AddConstraint):
     keeps the valid new index and goes on from there. Elsewhere: Django's remove then add, in
     one transaction."""
 
+    option_name = "constraints"
     prefix = "CREATE UNIQUE INDEX "
 
     def __init__(
         self, model_name: str, constraint: models.UniqueConstraint, old: models.UniqueConstraint
     ) -> None:
-        super().__init__(model_name, constraint)
-        self.new = constraint
-        self.old = old
+        super().__init__(model_name, constraint, old)
+        self.constraint = constraint
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
         kwargs = {"model_name": self.model_name, "constraint": self.new, "old": self.old}
@@ -261,17 +269,17 @@ class ReplaceUniqueIndexConcurrently(_Replacing, migrations.AddConstraint):
         return f"Replace unique index {self.new.name} (concurrently on PostgreSQL)"
 
 
-class ReplaceIndexConcurrently(_Replacing, migrations.AddIndex):
+class ReplaceIndexConcurrently(_Replacing):
     """Replace the index ``old`` with ``index`` (its columns or its condition changed; the names
     may be the same): on PostgreSQL without blocking writes and without a moment with neither
     (``_swap``); elsewhere Django's remove then add, in one transaction."""
 
+    option_name = "indexes"
     prefix = "CREATE INDEX "
 
     def __init__(self, model_name: str, index: models.Index, old: models.Index) -> None:
-        super().__init__(model_name, index)
-        self.new = index
-        self.old = old
+        super().__init__(model_name, index, old)
+        self.index = index
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
         kwargs = {"model_name": self.model_name, "index": self.new, "old": self.old}

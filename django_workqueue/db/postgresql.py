@@ -503,8 +503,8 @@ class PostgresDriver(Driver):
         (key after key, or a key's jobs in claim order), planned with sorting off.
 
         The planner picks between that index, read in order, and another index on ``status``
-        (wq_job_active, wq_job_status_finished) read whole and then sorted, by how many ready
-        rows the table's statistics promise. Statistics gathered while the table was empty or
+        (wq_job_active) read whole and then sorted, by how many ready rows the table's
+        statistics promise. Statistics gathered while the table was empty or
         held finished jobs only promise about one, until autovacuum analyzes the table again,
         which may take a while (10% of its rows must change first): a burst of jobs then gets
         the sorted plan, and every step of the walk reads all the queue's ready rows (on
@@ -1105,7 +1105,9 @@ class PostgresDriver(Driver):
             # `status || ''`: each row by its primary key, never every running job by status.
             f"AND j.status || '' = 'running' "
             f"RETURNING j.id, j.attempt, j.status, j.workflow_id, "
-            f"j.queue, j.task_name, {cancel} AS cancelled, "
+            # Whether the row took the status a requested cancellation picks (the statistics'
+            # upsert reads it): the status written differs from the status decided.
+            f"j.queue, j.task_name, j.status <> v.status AS cancelled, "
             f"  EXTRACT(EPOCH FROM {CLOCK} - j.started_at)::float8 AS run_seconds, "
             f"  EXTRACT(EPOCH FROM j.started_at - j.run_after)::float8 AS wait_seconds) "
         )

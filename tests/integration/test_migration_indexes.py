@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, migrations, models, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.optimizer import MigrationOptimizer
 from django.test.utils import CaptureQueriesContext
 
+from django_workqueue.db.migration_ops import ReplaceIndexConcurrently
 from django_workqueue.db.migration_ops import ReplaceUniqueIndexConcurrently as ReplaceUnique
-from django_workqueue.models import Job
+from django_workqueue.models import Job, PostgreSQLPartialIndex
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -184,3 +186,27 @@ def test_0017_builds_the_partial_index_before_it_drops_the_whole_one():
         'ALTER INDEX "wq_job_status_finished_new" RENAME TO "wq_job_status_finished";',
     ]
     assert "WHERE" in statements[0]
+
+
+def test_squashing_keeps_a_replacement_apart_from_the_model_it_replaces_in():
+    """The migration optimizer (``squashmigrations``) folds an ``AddIndex`` or ``AddConstraint``
+    into a ``CreateModel`` of its model; a replacement folded so would keep the old index beside
+    the new one. Neither replacing operation is folded."""
+    old_index = models.Index(fields=["status"], name="wq_t_status")
+    new_index = PostgreSQLPartialIndex(
+        fields=["status"], name="wq_t_status", condition=models.Q(status="failed")
+    )
+    unique = {"fields": ["key"], "name": "wq_t_key"}
+    old_unique = models.UniqueConstraint(**unique, condition=models.Q(status="ready"))
+    new_unique = models.UniqueConstraint(**unique, condition=models.Q(status__in=["ready", "held"]))
+    text = models.CharField(max_length=9)
+    fields = [("id", models.AutoField(primary_key=True)), ("status", text), ("key", text)]
+    created = migrations.CreateModel(
+        "T", fields, options={"indexes": [old_index], "constraints": [old_unique]}
+    )
+    replacements = [ReplaceIndexConcurrently("t", new_index, old=old_index),
+                    ReplaceUnique("t", new_unique, old=old_unique)]  # fmt: skip
+
+    optimized = MigrationOptimizer().optimize([created, *replacements], APP)
+
+    assert optimized == [created, *replacements]

@@ -461,6 +461,61 @@ def test_the_one_statement_writes_and_counts_what_the_transaction_path_does():
     assert {fresh(job).status for job in ready} == {Status.RUNNING}
 
 
+_BUDGETED = (OutcomeKind.RETRY, OutcomeKind.LEASE_EXPIRED)
+# Every kind of ending, with and without a requested cancellation, retries with their budget
+# left and spent, snoozes to a time and to a wait: (kind, cancellation requested, spent).
+_EVERY_ENDING = [
+    (kind, cancel, spent)
+    for kind in OutcomeKind
+    for cancel in (False, True)
+    for spent in ((False, True) if kind in _BUDGETED else (False,))
+]  # fmt: skip
+
+
+def _every_ending(jobs: list[Job]) -> list[Outcome]:
+    outcomes = []
+    for job, (kind, _, spent) in zip(jobs, _EVERY_ENDING, strict=True):
+        failed = kind in (OutcomeKind.RETRY, OutcomeKind.DISCARD, OutcomeKind.LEASE_EXPIRED)
+        outcomes.append(Outcome(
+            job_id=job.pk, attempt=job.attempt, kind=kind, max_attempts=1 if spent else 5,
+            crashes_charged=1000 if spent else 0,
+            delay=30.0 if kind in (OutcomeKind.RETRY, OutcomeKind.SNOOZE) else 0.0,
+            result_json="1" if kind == OutcomeKind.SUCCEEDED else None,
+            error={"type": "E", "message": "m", "traceback": None} if failed else None,
+        ))  # fmt: skip
+    # A stale attempt of four of them, each of another kind: neither written nor counted.
+    stale = (OutcomeKind.SUCCEEDED, OutcomeKind.DISCARD, OutcomeKind.CANCELLED, OutcomeKind.RETRY)
+    for job, kind in zip(jobs, stale, strict=False):
+        outcomes.append(Outcome(job_id=job.pk, attempt=job.attempt - 1, kind=kind, max_attempts=5))
+    return outcomes
+
+
+@pytest.mark.postgres_only
+def test_every_kind_of_ending_counts_alike_on_both_paths():
+    """Each kind of ending, with and without a requested cancellation, with a budget left and
+    spent: the one statement counts each attempt as the transaction path does (its ending
+    by the status its row took, or nothing where that status ends no attempt's work)."""
+    driver = driver_for("default")
+    owner = "worker-a"
+    specs = [(histogram.value(60 + 4 * (n % 17)), histogram.value(8 * (n % 9)), cancel)
+             for n, (_, cancel, _) in enumerate(_EVERY_ENDING)]  # fmt: skip
+    first = _running(owner, specs)
+    with transaction.atomic():
+        release.record(driver, owner, _every_ending(first), skip_locked=True)
+    by_transaction = _counters()
+    Job.objects.filter(pk__in=[job.pk for job in first]).delete()  # released ones are ready
+    StatsCounter.objects.all().delete()
+
+    second = _running(owner, specs)
+    write = counters.counted_write(owner, _every_ending(second))
+    driver.record_and_claim(owner, write, ["default"], 0)
+
+    assert _counters() == by_transaction
+    assert {"succeeded", "failed", "cancelled", "retried", "run", "wait"} <= {
+        name for _, _, name, _ in by_transaction
+    }
+
+
 def _generic_plan(sql: str, params: dict[str, Any]) -> dict[str, Any]:
     """The plan PostgreSQL keeps for ``sql`` once it plans it generically (as it does a
     worker's pass from its sixth call), run once: ``EXPLAIN (ANALYZE)`` of it prepared, with
