@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
+import socket
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -1504,6 +1506,10 @@ class PostgresDriver(Driver):
         return None
 
 
+LISTEN_TURN_SECONDS = 1.0
+"""The listener's turn: it waits at most this long for a notification before it tends its
+standby slot and answers doubts about its session (``Listener.doubt``)."""
+
 _LISTEN_KEEPALIVES = {
     "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
 }  # fmt: skip
@@ -1581,11 +1587,18 @@ class Listener(threading.Thread):
         self._standby_lock = threading.Lock()
         self._standby_wanted = standbys > 0
         self._standby_due = False  # a slot to try or to give up at the next turn
+        # While run() runs, a socket pair: stop() writes to one end to wake _wait, which
+        # selects on the other.
+        self._waker: tuple[socket.socket, socket.socket] | None = None
 
     def run(self) -> None:
         import psycopg  # imported here: psycopg 3 only (Django also runs on psycopg2)
 
         backoff = 0.1
+        waker = socket.socketpair()
+        for end in waker:
+            end.setblocking(False)
+        self._waker = waker  # before the first look at `stopping`: see stop()
         while not self.stopping.is_set():
             try:
                 doubts = self._doubts  # a new session answers the doubts raised before it
@@ -1605,10 +1618,12 @@ class Listener(threading.Thread):
                     backoff = 0.1
                     self.on_ready(None)
                     while not self.stopping.is_set():
-                        for notice in self.connection.notifies(timeout=1.0):
-                            self._dispatch(notice.channel, notice.payload)
                         self._tend_standby()  # the connection is free between two waits
                         self._prove()
+                        # What came meanwhile, held by psycopg or waiting on the socket.
+                        for notice in self.connection.notifies(timeout=0):
+                            self._dispatch(notice.channel, notice.payload)
+                        self._wait(self.connection.fileno(), waker[0])
                     self.want_standby(False)
                     self._tend_standby()  # a slot given up on the way out: another takes it
             except Exception as exc:
@@ -1623,6 +1638,9 @@ class Listener(threading.Thread):
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self.connected.clear()
+        self._waker = None
+        for end in waker:
+            end.close()
 
     def held(self) -> LivenessToken | None:
         """The liveness key this listener's session holds now, or None: no session, no key,
@@ -1695,8 +1713,25 @@ class Listener(threading.Thread):
         except ValueError:
             logger.warning("ignored a malformed abort notification %r", payload)
 
+    def _wait(self, fileno: int, woken: socket.socket) -> None:
+        """Until the session has something to read, ``stop()`` is called, or a turn has
+        passed (``LISTEN_TURN_SECONDS``: doubts are answered and standby slots tended at
+        least that often). psycopg's own wait for notifications (``notifies(timeout=)``)
+        cannot be woken from another thread: a worker that stopped waited up to a whole turn
+        for this thread (a second, at every stop of a worker that held a standby slot)."""
+        readable, _, _ = select.select([fileno, woken], [], [], LISTEN_TURN_SECONDS)
+        if woken in readable:
+            with contextlib.suppress(OSError):
+                woken.recv(64)
+
     def stop(self) -> None:
         self.stopping.set()
+        # Read after `stopping` is set: a run() that had no waker yet sees `stopping` before it
+        # waits; one that has ended has closed it.
+        waker = self._waker
+        if waker is not None:
+            with contextlib.suppress(OSError):  # wakes _wait
+                waker[1].send(b"\0")
         connection = self.connection
         if connection is not None:
             with contextlib.suppress(Exception):  # best effort on the way out

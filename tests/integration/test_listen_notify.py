@@ -169,3 +169,27 @@ def test_the_listener_detects_a_silently_dead_connection_within_a_minute():
     assert params["keepalives_interval"] * params["keepalives_count"] <= 30
 
     assert listen_params(connection, "keepalives_idle=5")["keepalives_idle"] == "5"
+
+
+def test_a_stopped_listener_ends_at_once_not_at_the_end_of_its_turn(monkeypatch):
+    # A worker that stops (SIGTERM, the end of a burst) waits for its listener when it holds
+    # a standby slot, to give the slot up: that wait must not last the listener's turn, which
+    # is made an hour here. The listener still hears notifications meanwhile.
+    from django_workqueue.conf import workqueue_settings as conf
+    from django_workqueue.db import postgresql
+    from django_workqueue.db.postgresql import Listener, listen_params
+
+    monkeypatch.setattr(postgresql, "LISTEN_TURN_SECONDS", 3600.0)
+    heard: list[str | None] = []
+    params = listen_params(connection, conf.LISTEN_DSN)
+    listener = Listener(params, heard.append, lambda job, why: None, standbys=1)
+    listener.start()
+    try:
+        assert listener.connected.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'mail')", [postgresql.CHANNEL])
+        wait_until(lambda: "mail" in heard, timeout=10, message="the NOTIFY, mid-turn")
+    finally:
+        listener.stop()
+        listener.join(timeout=30)
+    assert not listener.is_alive()
