@@ -1719,8 +1719,8 @@ class Listener(threading.Thread):
         least that often). psycopg's own wait for notifications (``notifies(timeout=)``)
         cannot be woken from another thread: a worker that stopped waited up to a whole turn
         for this thread (a second, at every stop of a worker that held a standby slot)."""
-        readable, _, _ = select.select([fileno, woken], [], [], LISTEN_TURN_SECONDS)
-        if woken in readable:
+        readable, _, _ = select.select([fileno, woken.fileno()], [], [], LISTEN_TURN_SECONDS)
+        if woken.fileno() in readable:
             with contextlib.suppress(OSError):
                 woken.recv(64)
 

@@ -124,12 +124,9 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         if name is None:
             continue
         for counter, measure in COUNTERS:  # the counters it adds to, each in its class
-            if measure is None:
-                klass: int | None = 0
-            else:
-                klass = duration_class(timing[_SECONDS[measure]])
-                if klass is None:
-                    continue
+            klass = 0 if measure is None else duration_class(timing[_SECONDS[measure]])  # type: ignore[arg-type]
+            if klass is None:
+                continue
             key = (timing.queue, timing.task_name, counter or name, klass)
             totals[key] = totals.get(key, 0) + 1
     driver.count_stats(
