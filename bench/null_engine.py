@@ -261,6 +261,11 @@ def instructions(small: int, large: int, concurrency: int) -> float:
     import subprocess
     import tempfile
 
+    if not 0 < small < large:
+        raise ValueError(f"--jobs SMALL,LARGE with 0 < SMALL < LARGE, got {small},{large}")
+    # Migrated first, here: a run that applies the migrations does more than one that checks.
+    migrate = [sys.executable, __file__, "--jobs", "1", "--concurrency", "1", "--once"]
+    subprocess.run(migrate, check=True, env=os.environ.copy())
     counts = []
     with tempfile.TemporaryDirectory() as directory:
         for jobs in (small, large):
@@ -269,7 +274,9 @@ def instructions(small: int, large: int, concurrency: int) -> float:
                 "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                 __file__, "--jobs", str(jobs), "--concurrency", str(concurrency), "--once",
             ]  # fmt: skip
-            subprocess.run(command, check=True, capture_output=True, env=os.environ.copy())
+            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
             found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
             if found is None:
                 raise RuntimeError(f"no callgrind totals in {out}")
@@ -306,7 +313,13 @@ def main() -> None:
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.instructions:
-        small, large = (int(n) for n in (options.jobs or "2000,10000").split(","))
+        pair = (options.jobs or "2000,10000").split(",")
+        if len(pair) != 2 or not all(n.strip().isdigit() for n in pair):
+            parser.error(f"--instructions takes --jobs SMALL,LARGE (e.g. 2000,10000), got "
+                         f"{options.jobs!r}")  # fmt: skip
+        small, large = (int(n) for n in pair)
+        if not 0 < small < large:
+            parser.error(f"--jobs SMALL,LARGE: 0 < SMALL < LARGE, got {small},{large}")
         per_job = instructions(small, large, options.concurrency)
         print(f"engine alone, concurrency {options.concurrency}, line off: "
               f"{per_job:,.0f} instructions/job")  # fmt: skip

@@ -84,6 +84,6 @@ def _wrappers(own: str | None) -> Any:
     a raised AttributeError, for every job (issue 32: the engine's per-job budget). With more
     databases, a database this thread never used is never loaded here (a configured backend
     a project does not use may not even import), as in Django's own request cycle."""
-    if own is not None and len(connections.settings) == 1:
+    if own is not None and len(connections.settings) == 1 and own in connections.settings:
         return (connections[own],)
     return connections.all(initialized_only=True)
