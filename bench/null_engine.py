@@ -2,6 +2,8 @@
 
 ``python bench/null_engine.py [--jobs 20000] [--concurrency 8] [--repeat 3] [--profile]``, or
 ``python bench/run.py --metrics engine`` (the harness runs it through ``client_engine_budget``).
+``python bench/null_engine.py --instructions [--jobs 2000,10000]`` counts instructions per job
+instead (``valgrind --tool=callgrind``): see ``instructions``.
 
 A real ``Worker(burst=True)`` drains ``jobs`` no-op jobs, but its driver answers the hot path
 from memory: ``claim`` hands out jobs from a list, ``record_many`` fences each outcome against
@@ -247,6 +249,41 @@ def budget(
     return out
 
 
+def instructions(small: int, large: int, concurrency: int) -> float:
+    """Instructions per job of the engine alone: two drains (line off), of ``small`` and of
+    ``large`` jobs, each in a process of its own run by ``valgrind --tool=callgrind``; their
+    difference over ``large - small`` jobs, so that what a process does once (Django's setup,
+    the migration check, the warm-up drain) cancels out. Unlike the times, which move by
+    ±20 % on a loaded two-core machine, the count repeats to within about 1 % (the slots'
+    and the control thread's interleaving still varies a little): the measure for an A/B of
+    a change to the engine (docs/explanation/performance.md)."""
+    import re
+    import subprocess
+    import tempfile
+
+    if not 0 < small < large:
+        raise ValueError(f"--jobs SMALL,LARGE with 0 < SMALL < LARGE, got {small},{large}")
+    # Migrated first, here: a run that applies the migrations does more than one that checks.
+    migrate = [sys.executable, __file__, "--jobs", "1", "--concurrency", "1", "--once"]
+    subprocess.run(migrate, check=True, env=os.environ.copy())
+    counts = []
+    with tempfile.TemporaryDirectory() as directory:
+        for jobs in (small, large):
+            out = Path(directory) / f"cg.{jobs}"
+            command = [
+                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                __file__, "--jobs", str(jobs), "--concurrency", str(concurrency), "--once",
+            ]  # fmt: skip
+            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
+            found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+            if found is None:
+                raise RuntimeError(f"no callgrind totals in {out}")
+            counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / (large - small)
+
+
 def main() -> None:
     import argparse
 
@@ -255,7 +292,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     os.environ["WORKQUEUE_REALTIME"] = "off"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", default=None, help="jobs per drain (default 20000)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
@@ -268,7 +305,26 @@ def main() -> None:
         "--claim-ahead", type=float, default=None,
         help='WORKQUEUE["CLAIM_AHEAD"] for the drains (default: the settings\' own, 0)',
     )  # fmt: skip
+    parser.add_argument(
+        "--instructions", action="store_true",
+        help="instructions per job under callgrind instead of times (--jobs SMALL,LARGE, "
+        "default 2000,10000)",
+    )  # fmt: skip
+    parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.instructions:
+        pair = (options.jobs or "2000,10000").split(",")
+        if len(pair) != 2 or not all(n.strip().isdigit() for n in pair):
+            parser.error(f"--instructions takes --jobs SMALL,LARGE (e.g. 2000,10000), got "
+                         f"{options.jobs!r}")  # fmt: skip
+        small, large = (int(n) for n in pair)
+        if not 0 < small < large:
+            parser.error(f"--jobs SMALL,LARGE: 0 < SMALL < LARGE, got {small},{large}")
+        per_job = instructions(small, large, options.concurrency)
+        print(f"engine alone, concurrency {options.concurrency}, line off: "
+              f"{per_job:,.0f} instructions/job")  # fmt: skip
+        return
+    options.jobs = int(options.jobs or 20_000)
     import django
 
     django.setup()
@@ -282,6 +338,10 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if options.once:  # one drain, line off, after a warm-up: a run of ``instructions``
+        drain(min(options.jobs, 200), options.concurrency, line=False)
+        drain(options.jobs, options.concurrency, line=False)
+        return
     result = budget(
         options.jobs, options.concurrency, options.repeat, options.profile, options.io_ms
     )

@@ -51,14 +51,14 @@ def close_unusable_connections() -> None:
             conn.close()
 
 
-def tidy_connections() -> None:
+def tidy_connections(own: str | None = None) -> None:
     """Treat each job like a request: drop broken connections and roll back leftovers.
 
     Unlike a web request, a worker keeps its healthy connections between jobs even with
     ``CONN_MAX_AGE = 0`` (one per slot thread, the budget of concurrency + a few); a positive
-    ``CONN_MAX_AGE`` still caps their age.
+    ``CONN_MAX_AGE`` still caps their age. ``own``: the worker's database (``_wrappers``).
     """
-    for conn in connections.all(initialized_only=True):
+    for conn in _wrappers(own):
         if conn.connection is None:
             continue
         if conn.in_atomic_block:  # a task leaked an open transaction out of its body
@@ -73,3 +73,17 @@ def tidy_connections() -> None:
             conn.errors_occurred = False
         else:
             conn.close_if_unusable_or_obsolete()
+
+
+def _wrappers(own: str | None) -> Any:
+    """This thread's connection wrappers, as ``connections.all(initialized_only=True)``.
+
+    In a project of one database, the worker's own (``own``), its wrapper is looked up once
+    and made if this thread has none yet: the worker loads that backend anyway, and asking
+    first whether the thread has one costs a second look-up in Django's per-thread store and
+    a raised AttributeError, for every job (issue 32: the engine's per-job budget). With more
+    databases, a database this thread never used is never loaded here (a configured backend
+    a project does not use may not even import), as in Django's own request cycle."""
+    if own is not None and len(connections.settings) == 1 and own in connections.settings:
+        return (connections[own],)
+    return connections.all(initialized_only=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import selectors
+import socket
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -1504,6 +1506,10 @@ class PostgresDriver(Driver):
         return None
 
 
+LISTEN_TURN_SECONDS = 1.0
+"""The listener's turn: it waits at most this long for a notification before it tends its
+standby slot and answers doubts about its session (``Listener.doubt``)."""
+
 _LISTEN_KEEPALIVES = {
     "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
 }  # fmt: skip
@@ -1581,8 +1587,25 @@ class Listener(threading.Thread):
         self._standby_lock = threading.Lock()
         self._standby_wanted = standbys > 0
         self._standby_due = False  # a slot to try or to give up at the next turn
+        # While run() runs, a socket pair: stop() writes to one end to wake _wait, which
+        # selects on the other.
+        self._waker: tuple[socket.socket, socket.socket] | None = None
 
     def run(self) -> None:
+        waker = socket.socketpair()
+        try:
+            for end in waker:
+                end.setblocking(False)
+            self._waker = waker  # before the first look at `stopping`: see stop()
+            self._serve(waker[0])
+        finally:
+            self.connected.clear()
+            self._waker = None
+            for end in waker:
+                end.close()
+
+    def _serve(self, woken: socket.socket) -> None:
+        """Listen, and reconnect after a lost session, until ``stop()``."""
         import psycopg  # imported here: psycopg 3 only (Django also runs on psycopg2)
 
         backoff = 0.1
@@ -1590,7 +1613,9 @@ class Listener(threading.Thread):
             try:
                 doubts = self._doubts  # a new session answers the doubts raised before it
                 self.connection = psycopg.connect(**self.params, autocommit=True)
-                with self.connection:
+                with self.connection, selectors.DefaultSelector() as selector:
+                    selector.register(self.connection.fileno(), selectors.EVENT_READ)
+                    selector.register(woken, selectors.EVENT_READ)
                     # The worker's liveness: held as long as this session lives (pg_liveness).
                     wanted = self.liveness.value if self.liveness else None
                     self.liveness = pg_liveness.hold(self.connection, wanted)
@@ -1602,13 +1627,16 @@ class Listener(threading.Thread):
                     self._tend_standby(listening=False)
                     self.connection.execute(f"LISTEN {ABORT_CHANNEL}")
                     self.connected.set()
-                    backoff = 0.1
                     self.on_ready(None)
                     while not self.stopping.is_set():
-                        for notice in self.connection.notifies(timeout=1.0):
-                            self._dispatch(notice.channel, notice.payload)
                         self._tend_standby()  # the connection is free between two waits
                         self._prove()
+                        # What came meanwhile, held by psycopg or waiting on the socket.
+                        for notice in self.connection.notifies(timeout=0):
+                            self._dispatch(notice.channel, notice.payload)
+                        backoff = 0.1  # a whole turn on this session: it works
+                        if not self._turn_due():
+                            self._wait(selector, woken)
                     self.want_standby(False)
                     self._tend_standby()  # a slot given up on the way out: another takes it
             except Exception as exc:
@@ -1622,7 +1650,30 @@ class Listener(threading.Thread):
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, backoff)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-        self.connected.clear()
+
+    def _turn_due(self) -> bool:
+        """Whether the next turn has work at once: a standby slot to tend (asked for, or one
+        heard to be free) or a doubt to answer."""
+        return self._standby_due or self._doubts != self._proven
+
+    def _wait(self, selector: selectors.BaseSelector, woken: socket.socket) -> None:
+        """Until the session has something to read, another thread pokes this one (``stop``,
+        ``doubt``, ``want_standby``), or a turn has passed (``LISTEN_TURN_SECONDS``). psycopg's
+        own wait for notifications (``notifies(timeout=)``) cannot be woken from another
+        thread: a worker that stopped waited up to a whole turn for this thread (a second, at
+        every stop of a worker that held a standby slot). A selector, not ``select.select``:
+        a process with many files open gives the session a descriptor above 1023."""
+        for key, _ in selector.select(LISTEN_TURN_SECONDS):
+            if key.fileobj is woken:
+                with contextlib.suppress(OSError):
+                    woken.recv(64)
+
+    def _poke(self) -> None:
+        """Wake the listener's wait (any thread); a listener not running has no waker."""
+        waker = self._waker
+        if waker is not None:
+            with contextlib.suppress(OSError):  # run() has just closed it: it has ended
+                waker[1].send(b"\0")
 
     def held(self) -> LivenessToken | None:
         """The liveness key this listener's session holds now, or None: no session, no key,
@@ -1633,9 +1684,10 @@ class Listener(threading.Thread):
 
     def doubt(self) -> None:
         """The session may be gone unseen: ``held()`` is None until a round trip on it (at the
-        next turn, within a second) or a new session answers (any thread)."""
+        next turn, which this wakes) or a new session answers (any thread)."""
         with self._doubt_lock:
             self._doubts += 1
+        self._poke()
 
     def _prove(self) -> None:
         """Answer the doubts raised so far with a round trip: a session the server ended
@@ -1652,6 +1704,7 @@ class Listener(threading.Thread):
             # Due whatever ``standby`` says now: a turn may be at the server, taking or giving
             # up a slot, and end holding what was just unwished. The next turn compares.
             self._standby_due = True
+        self._poke()
 
     def _tend_standby(self, listening: bool = True) -> None:
         """Take a free slot or give the held one up, if asked: one statement (and, once
@@ -1696,7 +1749,17 @@ class Listener(threading.Thread):
             logger.warning("ignored a malformed abort notification %r", payload)
 
     def stop(self) -> None:
+        """Stop listening: the thread leaves its wait at once and, holding a standby slot,
+        gives it up (with the NOTIFY that lets another worker take it) before it ends."""
         self.stopping.set()
+        # Poked after `stopping` is set: a run() that had no waker yet sees `stopping` before
+        # it waits. No cancel here: the release of the standby slot may be running, and a
+        # cancelled NOTIFY is never sent (``cancel`` is for a thread that did not end).
+        self._poke()
+
+    def cancel(self) -> None:
+        """Cancel what the stopped thread's session runs, if it did not end in time (a
+        statement stuck on the server)."""
         connection = self.connection
         if connection is not None:
             with contextlib.suppress(Exception):  # best effort on the way out

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models.functions import Now
 
-from ..db import CountedWrite, Driver, Outcome, OutcomeKind, Recorded
+from ..db import CountedWrite, Driver, Outcome, OutcomeKind, Recorded, Timing
 from ..models import StatsCounter
 from ..states import Status
 from .histogram import bucket, lower_bounds
@@ -72,6 +72,12 @@ COUNTERS: tuple[tuple[str | None, str | None], ...] = (
 classes it (None: class 0): its ending (None: the ending's own name), its run, its wait. The one
 shape of ``count`` and of the one-statement pass's (``counted_write``)."""
 
+# Where each measure of ``COUNTERS`` is in a ``Timing`` (its index: a tuple's look-up per job).
+_SECONDS = {
+    "run": Timing._fields.index("run_seconds"),
+    "wait": Timing._fields.index("wait_seconds"),
+}
+
 
 def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
     """``outcomes`` with the counter each would add to, whichever status its row takes, for a
@@ -90,11 +96,6 @@ def counted_write(owner: str, outcomes: Sequence[Outcome]) -> CountedWrite:
         outcomes=outcomes, counted=counted, shard=_shard(owner), bounds=lower_bounds(),
         counters=COUNTERS,
     )  # fmt: skip
-
-
-def _counted(name: str) -> list[tuple[str, str | None]]:
-    """The counters one attempt counted as ``name`` adds to (``COUNTERS``)."""
-    return [(name if counter is None else counter, measure) for counter, measure in COUNTERS]
 
 
 def duration_class(seconds: float | None) -> int | None:
@@ -122,16 +123,12 @@ def count(driver: Driver, owner: str, outcomes: Sequence[Outcome], recorded: Rec
         name = ending(kinds.get((timing.id, timing.attempt)), timing.status)
         if name is None:
             continue
-        classes = {
-            None: 0,
-            "run": duration_class(timing.run_seconds),
-            "wait": duration_class(timing.wait_seconds),
-        }
-        for counter, measure in _counted(name):
-            klass = classes[measure]
-            if klass is not None:
-                key = (timing.queue, timing.task_name, counter, klass)
-                totals[key] = totals.get(key, 0) + 1
+        for counter, measure in COUNTERS:  # the counters it adds to, each in its class
+            klass = 0 if measure is None else duration_class(timing[_SECONDS[measure]])  # type: ignore[arg-type]
+            if klass is None:
+                continue
+            key = (timing.queue, timing.task_name, counter or name, klass)
+            totals[key] = totals.get(key, 0) + 1
     driver.count_stats(
         sorted(
             (queue, task, name, klass, shard, n) for (queue, task, name, klass), n in totals.items()

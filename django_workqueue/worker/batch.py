@@ -139,7 +139,7 @@ class Batches:
             logger.exception("jobs %s: the worker failed to run their batch", ids)
         finally:
             try:
-                tidy_connections()
+                tidy_connections(self.driver.alias)
             except Exception:
                 logger.exception("batch of %s: could not tidy the slot's connections",
                                  batch.task.spec.name)  # fmt: skip

@@ -189,7 +189,7 @@ def serve(jobs: wire.Channel, control: wire.Channel, worker_id: str) -> None:
         finally:
             parent.end()
             try:
-                tidy_connections()
+                tidy_connections(driver.alias)
             except Exception:
                 logger.exception("job %s: could not tidy the child's connections", job.id)
         parent.send_outcome(job.id, outcome, pending, measure)

@@ -797,7 +797,7 @@ class Worker:
                 logger.exception("job %s: the worker failed to run it", job.id)
             finally:
                 try:
-                    tidy_connections()
+                    tidy_connections(self.alias)
                 except Exception:
                     logger.exception("job %s: could not tidy the slot's connections", job.id)
                 with self.ledger.lock:

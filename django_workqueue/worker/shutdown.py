@@ -94,6 +94,8 @@ class Shutdown:
             self.listener.stop()  # type: ignore[attr-defined]
             if standby is not None:  # given up on the way out, with a NOTIFY: another takes it
                 self.listener.join(timeout=2.0)  # type: ignore[attr-defined]
+                if self.listener.is_alive():  # type: ignore[attr-defined]
+                    self.listener.cancel()  # type: ignore[attr-defined]
         if self.loop is not None:
             self.loop.close()
         self.maintainer.finish(deadline - time.monotonic())

@@ -10,6 +10,10 @@ within a few seconds was announced by NOTIFY, not found by polling.
 
 from __future__ import annotations
 
+import os
+import threading
+from typing import Any
+
 import pytest
 from django.db import connection
 from psycopg.conninfo import make_conninfo
@@ -169,3 +173,106 @@ def test_the_listener_detects_a_silently_dead_connection_within_a_minute():
     assert params["keepalives_interval"] * params["keepalives_count"] <= 30
 
     assert listen_params(connection, "keepalives_idle=5")["keepalives_idle"] == "5"
+
+
+def _standby_listener(heard: list[str | None]) -> Any:
+    """A started listener with one standby slot, connected and holding the slot."""
+    from django_workqueue.conf import workqueue_settings as conf
+    from django_workqueue.db.postgresql import Listener, listen_params
+
+    params = listen_params(connection, conf.LISTEN_DSN)
+    listener = Listener(params, heard.append, lambda job, why: None, standbys=1)
+    listener.start()
+    assert listener.connected.wait(10)
+    wait_until(lambda: listener.standby is not None, timeout=10, message="a standby slot")
+    return listener
+
+
+def test_a_stopped_listener_ends_at_once_not_at_the_end_of_its_turn(monkeypatch):
+    # A worker that stops (SIGTERM, the end of a burst) waits for its listener when it holds
+    # a standby slot, to give the slot up: that wait must not last the listener's turn, which
+    # is made an hour here. The listener still hears notifications meanwhile.
+    from django_workqueue.db import postgresql
+
+    monkeypatch.setattr(postgresql, "LISTEN_TURN_SECONDS", 3600.0)
+    heard: list[str | None] = []
+    listener = _standby_listener(heard)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'mail')", [postgresql.CHANNEL])
+        wait_until(lambda: "mail" in heard, timeout=10, message="the NOTIFY, mid-turn")
+    finally:
+        listener.stop()
+        listener.join(timeout=30)
+    assert not listener.is_alive()
+
+
+def test_a_listener_stopped_while_it_gives_its_slot_up_still_says_so(monkeypatch):
+    # The slot's release (an unlock and a NOTIFY, one statement) may be at the server when
+    # stop() comes: stop() must not cancel it, or the NOTIFY that lets another worker take
+    # the slot is never sent and the fleet keeps one watcher of its maintainer fewer.
+    import psycopg
+
+    from django_workqueue.conf import workqueue_settings as conf
+    from django_workqueue.db import pg_liveness, postgresql
+    from django_workqueue.db.postgresql import listen_params
+
+    releasing, stopped = threading.Event(), threading.Event()
+    release = pg_liveness.release_standby
+
+    def slow_release(session: Any, slot: int, channel: str) -> None:
+        releasing.set()
+        session.execute("SELECT pg_sleep(0.5)")  # the server busy with the release
+        stopped.wait(10)
+        release(session, slot, channel)
+
+    monkeypatch.setattr(postgresql, "LISTEN_TURN_SECONDS", 3600.0)
+    heard: list[str | None] = []
+    listener = _standby_listener(heard)
+    with psycopg.connect(**listen_params(connection, conf.LISTEN_DSN), autocommit=True) as other:
+        other.execute(f"LISTEN {postgresql.CHANNEL}")
+        monkeypatch.setattr(pg_liveness, "release_standby", slow_release)
+        try:
+            listener.want_standby(False)  # gives the slot up at once: the release begins
+            assert releasing.wait(10)
+        finally:
+            listener.stop()  # while the release's first statement runs on the server
+            stopped.set()
+            listener.join(timeout=30)
+        assert not listener.is_alive()
+        said = [n.payload for n in other.notifies(timeout=5, stop_after=1)]
+    assert said == [pg_liveness.STANDBY_FREE]
+
+
+def test_a_listener_whose_session_has_a_high_file_descriptor_still_hears():
+    # select() refuses descriptors above 1023: a worker with many files open (a thousand
+    # slots' connections) gets its listener's session there, and must still hear.
+    import resource
+
+    from django_workqueue.conf import workqueue_settings as conf
+    from django_workqueue.db import postgresql
+    from django_workqueue.db.postgresql import Listener, listen_params
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this machine allows {hard} open files")
+    wanted = 1200 if hard == resource.RLIM_INFINITY else min(hard, 1200)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    heard: list[str | None] = []
+    listener = Listener(listen_params(connection, conf.LISTEN_DSN), heard.append,
+                        lambda job, why: None)  # fmt: skip
+    try:
+        listener.start()
+        assert listener.connected.wait(10)
+        assert listener.connection.fileno() > 1023
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'reports')", [postgresql.CHANNEL])
+        wait_until(lambda: "reports" in heard, timeout=10, message="the NOTIFY")
+        assert listener.connected.is_set()
+    finally:
+        listener.stop()
+        listener.join(timeout=30)
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -75,7 +75,7 @@ def test_a_served_batch_hands_over_its_outcomes_and_forgets_a_member_without_one
     handed: Batch = inbox.get_nowait()
     done = Outcome(job_id=1, attempt=1, kind=OutcomeKind.SUCCEEDED, max_attempts=3)
     monkeypatch.setattr(batch_module, "run_batch", lambda *args: {1: done})
-    monkeypatch.setattr(batch_module, "tidy_connections", lambda: None)
+    monkeypatch.setattr(batch_module, "tidy_connections", lambda own=None: None)
     assert batches.serve(handed, generation=0) == 0
     assert completer.handed == [done] and ledger.running[1].context.finished
     assert ledger.ids() == {1}  # job 2: its lease runs out, the reaper retries it
