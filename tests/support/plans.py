@@ -19,11 +19,13 @@ SUFFIX = f"; {_PLAN_RESTORE}"
 @contextmanager
 def captured_statements() -> Iterator[list[tuple[str, Any]]]:
     """The (sql, params) the driver passes to the default connection's cursor inside the block,
-    exactly as executed."""
+    exactly as executed; a statement run prepared with others in one pipeline
+    (``_prepared_in_order``) with theirs around it, as one string would have carried them."""
     statements: list[tuple[str, Any]] = []
 
     def capture(execute, sql, params, many, context):
-        statements.append((sql, params))
+        before, after = getattr(context["cursor"].cursor, "around", ("", ""))
+        statements.append((f"{before}{sql}{after}", params))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(capture):
