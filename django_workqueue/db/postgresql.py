@@ -498,17 +498,23 @@ class PostgresDriver(Driver):
             side, edges = _PreparedCursor(raw), Cursor(raw)
             counted = _PreparedCursor(raw) if then is not None else None
         wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
-        after = (_PLAN_RESTORE, *((then,) if then is not None else ()), *end)
-        cursor.around = ("".join(f"{s}; " for s in (*begin, _PLAN_SAVE, _PLAN_IN_ORDER)),
+        # The settings need saving and putting back only in a caller's transaction: in the
+        # pipeline's own (implicit, or the flow claim's BEGIN ... COMMIT) they end with it.
+        caller = db.in_atomic_block or not db.get_autocommit()
+        save = (_PLAN_SAVE, _PLAN_IN_ORDER) if caller else (_PLAN_IN_ORDER,)
+        restore = (_PLAN_RESTORE,) if caller else ()
+        after = (*restore, *((then,) if then is not None else ()), *end)
+        cursor.around = ("".join(f"{s}; " for s in (*begin, *save)),
                          "".join(f"; {s}" for s in after))  # fmt: skip
         try:
             with db.wrap_database_errors, raw.pipeline():
                 for statement in begin:
                     edges.execute(statement)
-                side.execute(_PLAN_SAVE)
-                side.execute(_PLAN_IN_ORDER)
+                for statement in save:
+                    side.execute(statement)
                 wrapper.execute(sql, params)
-                side.execute(_PLAN_RESTORE)
+                for statement in restore:
+                    side.execute(statement)
                 if counted is not None and then is not None:
                     counted.execute(then)
                 for statement in end:
@@ -929,7 +935,10 @@ class PostgresDriver(Driver):
             f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
             f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
             f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
-            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
+            # The clock as an uncorrelated subquery too: a custom plan would read the
+            # statement's clock into its estimate (every ready row due), the generic one guess a
+            # third, and never look the cheaper one (docs/explanation/performance.md).
+            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= (SELECT {NOW}) "
             f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
             f") AS c ORDER BY c.round, w.turn LIMIT (SELECT %(limit)s::bigint)), "
             f"claimed AS (UPDATE {self.table} AS j SET {_LEASE} "
