@@ -165,7 +165,8 @@ class FlowClaimer:
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
-        shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
+        ready = [groups[pick.turn].ready for pick in picks]
+        shares = _shares(picks, ready, limit) if None not in ready else _first_rounds(picks, limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
         if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
             # Fewer jobs than the walk counted: another worker claimed some since (or some
@@ -315,6 +316,20 @@ def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[
         FlowPick(pick.queue, pick.key, n, pick.turn, pick.cap)
         for pick, n in zip(picks, given, strict=True)
         if n
+    ]
+
+
+def _first_rounds(picks: list[FlowPick], limit: int) -> list[FlowPick]:
+    """The picks with each take cut to what the claim's rounds can give it where the walk
+    counted no ready jobs (PostgreSQL), knowing only that each walked key had one: the first
+    round gives one job to each of the first ``limit`` picks, every later round at most
+    ``limit - len(picks)`` to each. A claim of 8 over 16 keys reads (and locks) 8 rows, not
+    128. A key that lost its jobs since the walk (another worker) makes the claim come short:
+    ``FlowClaimer._claim`` then claims the rest of the rounds, as after ``_shares``."""
+    most = 1 + max(0, limit - len(picks))
+    return [
+        FlowPick(pick.queue, pick.key, min(pick.take, most), pick.turn, pick.cap)
+        for pick in picks[:limit]
     ]
 
 
