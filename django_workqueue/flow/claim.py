@@ -19,7 +19,8 @@ the plain one. Each call:
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
    Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
-   of the rounds first (``_shares``), and the claim needs no ranking;
+   of the rounds first (``_shares``), and the claim needs no ranking; where it did not
+   (PostgreSQL), to what the rounds can give a key known to have one (``_first_rounds``);
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
 
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
