@@ -464,6 +464,8 @@ class PostgresDriver(Driver):
         begin: Sequence[str] = (),
         end: Sequence[str] = (),
         then: str | None = None,
+        *,
+        in_order: bool = True,
     ) -> tuple[list[Any], list[Any]] | None:
         """The rows of ``sql`` (a statement that reads ready jobs in wq_job_flow's order, as
         ``_fetch_in_index_order``'s), and of ``then`` if given (a statement without parameters
@@ -483,7 +485,9 @@ class PostgresDriver(Driver):
         are one transaction (the implicit one, outside a transaction), so the settings end
         with it as they did. Only ``sql`` goes through Django's cursor wrapper (logged, and
         seen by ``execute_wrapper``), as the one string did; the others are the same on every
-        call."""
+        call. ``in_order=False``: a statement that reads no ready jobs (a rate's starts'
+        write), sent with its edges only, no settings; a statement that returns no rows
+        gives an empty list."""
         if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
             return None
         db = self.connection
@@ -501,8 +505,8 @@ class PostgresDriver(Driver):
         # The settings need saving and putting back only in a caller's transaction: in the
         # pipeline's own (implicit, or the flow claim's BEGIN ... COMMIT) they end with it.
         caller = db.in_atomic_block or not db.get_autocommit()
-        save = (_PLAN_SAVE, _PLAN_IN_ORDER) if caller else (_PLAN_IN_ORDER,)
-        restore = (_PLAN_RESTORE,) if caller else ()
+        save = ((_PLAN_SAVE, _PLAN_IN_ORDER) if caller else (_PLAN_IN_ORDER,)) if in_order else ()
+        restore = (_PLAN_RESTORE,) if caller and in_order else ()
         after = (*restore, *((then,) if then is not None else ()), *end)
         cursor.around = ("".join(f"{s}; " for s in (*begin, *save)),
                          "".join(f"; {s}" for s in after))  # fmt: skip
@@ -525,7 +529,8 @@ class PostgresDriver(Driver):
         finally:
             cursor.around = ("", "")
         with db.wrap_database_errors:
-            return cursor.fetchall(), counted.fetchall() if counted is not None else []
+            rows = cursor.fetchall() if cursor.description is not None else []
+            return rows, counted.fetchall() if counted is not None else []
 
     @staticmethod
     def _prepared_cursor(db: Any) -> Any:
@@ -918,7 +923,11 @@ class PostgresDriver(Driver):
         if hold is not None:
             hold.claim_last = True  # this write is the last statement now
         with self.connection.cursor() as cursor, self._flow_edges(closing=True) as (begin, end):
-            cursor.execute("; ".join((*begin, sql, *end)), {"rows": rows})
+            params = {"rows": rows}
+            client = isinstance(cursor.cursor, _ClientCursor)  # else: one statement a call
+            sent = client and self._prepared_in_order(sql, params, begin, end, in_order=False)
+            if sent is None or sent is False:
+                cursor.execute("; ".join((*begin, sql, *end)), params)
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None

@@ -255,3 +255,21 @@ def test_with_prepared_statements_off_the_flow_claim_is_not_prepared(flow_regist
     flow = FlowClaimer(driver_for("default"), "w")
     assert len(flow.claim(["default"], 3)) + len(flow.claim(["default"], 3)) == 6
     assert prepared_statements() == []
+
+
+def test_a_rate_limited_claims_starts_are_written_by_a_prepared_statement(flow_registered):
+    """The write of a rate's starts goes prepared, with the transaction's COMMIT, in one
+    round trip."""
+    from django_workqueue.flow.claim import FlowClaimer
+    from testproject.testapp import flow_tasks as tasks
+
+    tasks.twenty_a_second.enqueue_many([((n,), {}) for n in range(8)])
+    flow = FlowClaimer(driver_for("default"), "w")
+    with CaptureQueriesContext(connection) as claims:
+        for _ in range(4):
+            assert len(flow.claim(["default"], 2)) == 2
+
+    [(generic, custom)] = prepared("UPDATE%flowlimit%jsonb_to_recordset%")
+    assert generic + custom == 4
+    writes = [q["sql"] for q in claims.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(writes) == 4 and all(sql.endswith("; COMMIT") for sql in writes)
