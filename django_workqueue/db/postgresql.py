@@ -12,6 +12,7 @@ its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …``
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -118,6 +119,17 @@ def _prepared_cursor_class() -> Any:
             return result
 
     return PreparedCursor
+
+
+@functools.cache
+def _pipelines_supported() -> bool:
+    """Whether statements can be prepared and pipelined (``_prepared_in_order``): psycopg 3 on
+    a libpq with pipeline mode (14 or later)."""
+    if _PreparedCursor is None:
+        return False
+    from psycopg import Pipeline  # psycopg 3 only
+
+    return bool(Pipeline.is_supported())
 
 
 class _Logged:
@@ -488,7 +500,7 @@ class PostgresDriver(Driver):
         call. ``in_order=False``: a statement that reads no ready jobs (a rate's starts'
         write), sent with its edges only, no settings; a statement that returns no rows
         gives an empty list."""
-        if not conf.PREPARED_STATEMENTS or _PreparedCursor is None:
+        if not conf.PREPARED_STATEMENTS or not _pipelines_supported():
             return None
         db = self.connection
         db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
