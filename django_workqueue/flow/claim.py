@@ -167,12 +167,17 @@ class FlowClaimer:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
         ready = [groups[pick.turn].ready for pick in picks]
-        shares = _shares(picks, ready, limit) if None not in ready else _first_rounds(picks, limit)
+        counted = None not in ready
+        shares = _shares(picks, ready, limit) if counted else _first_rounds(picks, limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
-        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
+        got = Counter((job.queue, job.flow_key) for job in jobs)
+        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)) and (
+            counted or any(not got[(pick.queue, pick.key)] for pick in shares)
+        ):
             # Fewer jobs than the walk counted: another worker claimed some since (or some
             # are not due yet). The rest of the rounds, as the claim would have taken them.
-            got = Counter((job.queue, job.flow_key) for job in jobs)
+            # (Uncounted, the first rounds' cut loses jobs only if a key it kept gave none:
+            # otherwise the keys simply had fewer jobs than the claim's size.)
             rest = [
                 FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
                 for p in picks

@@ -242,6 +242,13 @@ class TestCost:
         assert [job.args[0] for job in claimed] == ["e", "f"] * 3
         assert len(takes) == 1 and all(take <= 1 + 6 - 2 for take in takes[0]), takes
 
+        # Fewer jobs than the claim's size: what there is, in one claim (no second one to make
+        # up for jobs that never were).
+        takes.clear()
+        claimed = flow.claim(["default"], 8)
+        assert sorted(job.args[0] for job in claimed) == ["e", "e", "f", "f"]
+        assert len(takes) == 1, takes
+
     def test_a_claim_walks_a_bounded_number_of_keys_however_many_there_are(self):
         tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(600)])
         flow = claimer()
