@@ -171,8 +171,10 @@ class FlowClaimer:
         shares = _shares(picks, ready, limit) if counted else _first_rounds(picks, limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
         got = Counter((job.queue, job.flow_key) for job in jobs)
-        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)) and (
-            counted or any(not got[(pick.queue, pick.key)] for pick in shares)
+        if (
+            shares
+            and len(jobs) < min(limit, sum(pick.take for pick in shares))
+            and (counted or any(not got[(pick.queue, pick.key)] for pick in shares))
         ):
             # Fewer jobs than the walk counted: another worker claimed some since (or some
             # are not due yet). The rest of the rounds, as the claim would have taken them.
