@@ -12,6 +12,7 @@ its row lock, and the loser's ``WHERE status = 'running' AND lease_owner = …``
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import selectors
@@ -95,6 +96,10 @@ def _prepared_cursor_class() -> Any:
         """
 
         logged = False
+        # Statements sent around this one in the same round trip (``_prepared_in_order``):
+        # the logged text is theirs and this one's, joined, as one string would have been
+        # (``execute_wrapper`` sees this one's alone, and may read them here).
+        around = ("", "")
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             given = params
@@ -111,10 +116,22 @@ def _prepared_cursor_class() -> Any:
             finally:
                 connection.prepare_threshold = threshold
             if self.logged:
-                self._query = _Logged(ClientCursor(connection).mogrify(query, given).encode())
+                text = ClientCursor(connection).mogrify(query, given)
+                self._query = _Logged(f"{self.around[0]}{text}{self.around[1]}".encode())
             return result
 
     return PreparedCursor
+
+
+@functools.cache
+def _pipelines_supported() -> bool:
+    """Whether statements can be prepared and pipelined (``_prepared_in_order``): psycopg 3 on
+    a libpq with pipeline mode (14 or later)."""
+    if _PreparedCursor is None:
+        return False
+    from psycopg import Pipeline  # psycopg 3 only
+
+    return bool(Pipeline.is_supported())
 
 
 class _Logged:
@@ -439,17 +456,95 @@ class PostgresDriver(Driver):
         try:
             wrapper.execute(sql, params)
         except DatabaseError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) in _PREPARED_STATEMENT_LOST:
-                raise ImproperlyConfigured(
-                    f"a prepared statement was lost between server connections "
-                    f"({str(exc).strip()}): the jobs database {self.alias!r} goes through a "
-                    f"pooler in transaction mode without prepared-statement support (PgBouncer "
-                    f"before 1.21, or max_prepared_statements = 0). Set "
-                    f"WORKQUEUE['PREPARED_STATEMENTS'] = False, or upgrade to PgBouncer 1.22+ "
-                    f"with max_prepared_statements set."
-                ) from exc
+            self._raise_if_prepared_lost(exc)
             raise
         yield wrapper
+
+    def _raise_if_prepared_lost(self, exc: DatabaseError) -> None:
+        if getattr(exc.__cause__, "sqlstate", None) in _PREPARED_STATEMENT_LOST:
+            raise ImproperlyConfigured(
+                f"a prepared statement was lost between server connections "
+                f"({str(exc).strip()}): the jobs database {self.alias!r} goes through a "
+                f"pooler in transaction mode without prepared-statement support (PgBouncer "
+                f"before 1.21, or max_prepared_statements = 0). Set "
+                f"WORKQUEUE['PREPARED_STATEMENTS'] = False, or upgrade to PgBouncer 1.22+ "
+                f"with max_prepared_statements set."
+            ) from exc
+
+    def _prepared_in_order(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        begin: Sequence[str] = (),
+        end: Sequence[str] = (),
+        then: str | None = None,
+        *,
+        in_order: bool = True,
+    ) -> tuple[list[Any], list[Any]] | None:
+        """The rows of ``sql`` (a statement that reads ready jobs in wq_job_flow's order, as
+        ``_fetch_in_index_order``'s), and of ``then`` if given (a statement without parameters
+        run after the settings are put back), sent prepared in psycopg 3's pipeline mode: one
+        round trip (one Sync) for ``begin``, the settings' save and sorts off, ``sql``,
+        the settings put back, ``then`` and ``end``. None without
+        ``WORKQUEUE["PREPARED_STATEMENTS"]`` or psycopg 3: the caller sends its statements in
+        one string, bound on the client.
+
+        Prepared, a statement is parsed once per connection and, after its first five calls,
+        runs on its kept generic plan (the statements are written for one: their lists and
+        limits are uncorrelated subqueries, estimated alike by every plan): a flow claim's
+        walk and claim were planned on every call, which cost as much as running them
+        (docs/explanation/performance.md). A statement is planned (its custom plans, its
+        generic one, again after an ANALYZE) when it runs, after the settings' statements in
+        the same pipeline: always with sorting off, as before. Until the Sync the statements
+        are one transaction (the implicit one, outside a transaction), so the settings end
+        with it as they did. Only ``sql`` goes through Django's cursor wrapper (logged, and
+        seen by ``execute_wrapper``), as the one string did; the others are the same on every
+        call. ``in_order=False``: a statement that reads no ready jobs (a rate's starts'
+        write), sent with its edges only, no settings; a statement that returns no rows
+        gives an empty list."""
+        if not conf.PREPARED_STATEMENTS or not _pipelines_supported():
+            return None
+        db = self.connection
+        db.close_if_health_check_failed()  # as Django's cursor(): CONN_HEALTH_CHECKS
+        db.ensure_connection()
+        db.validate_thread_sharing()
+        raw = db.connection
+        from psycopg import Cursor  # psycopg 3 only (a _PreparedCursor exists only with it)
+
+        with db.wrap_database_errors:
+            cursor = self._prepared_cursor(db)
+            side, edges = _PreparedCursor(raw), Cursor(raw)
+            counted = _PreparedCursor(raw) if then is not None else None
+        wrapper = db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        # The settings need saving and putting back only in a caller's transaction: in the
+        # pipeline's own (implicit, or the flow claim's BEGIN ... COMMIT) they end with it.
+        caller = db.in_atomic_block or not db.get_autocommit()
+        save = ((_PLAN_SAVE, _PLAN_IN_ORDER) if caller else (_PLAN_IN_ORDER,)) if in_order else ()
+        restore = (_PLAN_RESTORE,) if caller and in_order else ()
+        after = (*restore, *((then,) if then is not None else ()), *end)
+        cursor.around = ("".join(f"{s}; " for s in (*begin, *save)),
+                         "".join(f"; {s}" for s in after))  # fmt: skip
+        try:
+            with db.wrap_database_errors, raw.pipeline():
+                for statement in begin:
+                    edges.execute(statement)
+                for statement in save:
+                    side.execute(statement)
+                wrapper.execute(sql, params)
+                for statement in restore:
+                    side.execute(statement)
+                if counted is not None and then is not None:
+                    counted.execute(then)
+                for statement in end:
+                    edges.execute(statement)
+        except DatabaseError as exc:
+            self._raise_if_prepared_lost(exc)
+            raise
+        finally:
+            cursor.around = ("", "")
+        with db.wrap_database_errors:
+            rows = cursor.fetchall() if cursor.description is not None else []
+            return rows, counted.fetchall() if counted is not None else []
 
     @staticmethod
     def _prepared_cursor(db: Any) -> Any:
@@ -500,7 +595,9 @@ class PostgresDriver(Driver):
         row = self._fetchone(sql, params)
         return None if row is None else row[0]
 
-    def _fetch_in_index_order(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    def _fetch_in_index_order(
+        self, sql: str, params: Mapping[str, Any], *, prepared: bool = False
+    ) -> list[Any]:
         """The rows of ``sql``, a statement that reads ready jobs in the order of wq_job_flow
         (key after key, or a key's jobs in claim order), planned with sorting off.
 
@@ -519,11 +616,17 @@ class PostgresDriver(Driver):
         outlives the statement: neither on the session a transaction pooler hands on, nor in
         a caller's open transaction (a test's, around ``testing.drain``). A cursor that binds
         on the server (or psycopg2) runs one statement per call: the four go one by one, in a
-        transaction (the caller's if there is one).
+        transaction (the caller's if there is one). ``prepared``: a statement whose text is the
+        same on every call, run prepared in one pipeline where it can be
+        (``_prepared_in_order``).
         """
         with self.connection.cursor() as cursor:
             if isinstance(cursor.cursor, _ClientCursor):
                 with self._flow_edges(closing=True) as (begin, end):
+                    if prepared:
+                        done = self._prepared_in_order(sql, params, begin, end)
+                        if done is not None:
+                            return done[0]
                     statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, *end)
                     cursor.execute("; ".join(statements), params)
                     for _ in range(len(begin) + 2):
@@ -621,7 +724,7 @@ class PostgresDriver(Driver):
             )
 
         sql = (
-            f"WITH RECURSIVE served AS (SELECT u.name FROM unnest(%(queues)s::text[]) "
+            f"WITH RECURSIVE served AS (SELECT u.name FROM unnest((SELECT %(queues)s::text[])) "
             f"AS u(name) WHERE NOT EXISTS (SELECT 1 FROM {self.queue_table} AS p "
             f"WHERE p.name = u.name AND p.paused_at IS NOT NULL)), "
             f"{walk('ahead', '%(after)s', 'true')}, "
@@ -629,7 +732,7 @@ class PostgresDriver(Driver):
         )
         walked = (
             "SELECT queue, key, task FROM ahead UNION ALL SELECT queue, key, task FROM behind "
-            "LIMIT %(limit)s"
+            "LIMIT (SELECT %(limit)s::bigint)"
         )
         params: dict[str, Any] = {"queues": list(queues), "limit": limit, "steps": limit,
                                   "after": after, "first": ""}  # fmt: skip
@@ -639,7 +742,7 @@ class PostgresDriver(Driver):
         self, queues: Sequence[str], after: str, limit: int, *, count: int = 0
     ) -> list[FlowGroup]:
         walks, walked, params = self._flow_walk(queues, after, limit)
-        rows = self._fetch_in_index_order(f"{walks} {walked}", params)
+        rows = self._fetch_in_index_order(f"{walks} {walked}", params, prepared=True)
         return [FlowGroup(*row) for row in rows]
 
     def walk_flow_limits(
@@ -686,14 +789,20 @@ class PostgresDriver(Driver):
             prefix=prefix,
         )  # fmt: skip
         with self.connection.cursor() as cursor, self._flow_edges(closing=False) as (begin, _):
-            statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE, running_count)
-            cursor.execute("; ".join(statements), params)
-            for _ in range(len(begin) + 2):
+            done = self._prepared_in_order(sql, params, begin, then=running_count)
+            if done is not None:
+                rows, counts = done
+                running = dict(counts)
+            else:
+                statements = (*begin, _PLAN_SAVE, _PLAN_IN_ORDER, sql, _PLAN_RESTORE,
+                              running_count)  # fmt: skip
+                cursor.execute("; ".join(statements), params)
+                for _ in range(len(begin) + 2):
+                    cursor.nextset()
+                rows = cursor.fetchall()
                 cursor.nextset()
-            rows = cursor.fetchall()
-            cursor.nextset()
-            cursor.nextset()
-            running = dict(cursor.fetchall())
+                cursor.nextset()
+                running = dict(cursor.fetchall())
         groups = [FlowGroup(queue, key, task) for queue, key, task, *_ in rows]
         locked = {key: (_starts(starts), int(running.get(key, 0)))
                   for _, key, _, held, starts, _ in rows if held}  # fmt: skip
@@ -828,7 +937,12 @@ class PostgresDriver(Driver):
         if hold is not None:
             hold.claim_last = True  # this write is the last statement now
         with self.connection.cursor() as cursor, self._flow_edges(closing=True) as (begin, end):
-            cursor.execute("; ".join((*begin, sql, *end)), {"rows": rows})
+            params = {"rows": rows}
+            # Prepared in one pipeline where it can be; else (and on a cursor that binds on
+            # the server, one statement a call) the one string, as before.
+            client = isinstance(cursor.cursor, _ClientCursor)
+            if not (client and self._prepared_in_order(sql, params, begin, end, in_order=False)):
+                cursor.execute("; ".join((*begin, sql, *end)), params)
 
     def claim_flow(
         self, picks: Sequence[FlowPick], limit: int, owner: str, now: datetime | None = None
@@ -845,18 +959,22 @@ class PostgresDriver(Driver):
             f"CROSS JOIN LATERAL (SELECT s.id, row_number() OVER ("
             f"  ORDER BY s.priority DESC, s.run_after, s.id) AS round FROM ("
             f"  SELECT id, priority, run_after FROM {self.table} WHERE status = 'ready' "
-            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= {NOW} "
+            # The clock as an uncorrelated subquery too: a custom plan would read the
+            # statement's clock into its estimate (every ready row due), the generic one guess a
+            # third, and never look the cheaper one (docs/explanation/performance.md).
+            f"  AND queue = w.queue AND flow_key = w.key AND run_after <= (SELECT {NOW}) "
             f"  ORDER BY priority DESC, run_after, id LIMIT w.take FOR UPDATE SKIP LOCKED) AS s"
-            f") AS c ORDER BY c.round, w.turn LIMIT %(limit)s) "
-            f"UPDATE {self.table} AS j SET {_LEASE} "
+            f") AS c ORDER BY c.round, w.turn LIMIT (SELECT %(limit)s::bigint)), "
+            f"claimed AS (UPDATE {self.table} AS j SET {_LEASE} "
             # `status || ''`: the picked rows are reached by primary key, never through an
             # index on status (stale statistics make the planner read every ready row so).
-            f"FROM picked WHERE j.id = picked.id AND j.status || '' = 'ready' "
-            f"RETURNING {_CLAIMED}, j.flow_key, picked.round, picked.turn"
+            f"WHERE {_by_id('j', 'picked')} AND j.status || '' = 'ready' "
+            f"RETURNING {_CLAIMED}, j.flow_key) "
+            f"SELECT c.*, p.round, p.turn FROM claimed AS c JOIN picked AS p ON p.id = c.id"
         )
         wanted = [{"queue": p.queue, "key": p.key, "take": p.take, "turn": p.turn} for p in picks]
         params = {"now": now, "limit": limit, "owner": owner, "picks": json.dumps(wanted)}
-        rows = self._fetch_in_index_order(sql, params)
+        rows = self._fetch_in_index_order(sql, params, prepared=True)
         rows.sort(key=lambda row: (row[-2], row[-1]))
         return [ClaimedJob(*row[:-2]) for row in rows]
 

@@ -19,7 +19,8 @@ the plain one. Each call:
 3. claims in rounds (``Driver.claim_flow``): every key's first job in turn from the cursor,
    then every key's second job… — one tenant's 10,000 jobs cannot stand before another's 10.
    Where the walk counted each key's ready jobs (SQLite), each key's take is cut to its share
-   of the rounds first (``_shares``), and the claim needs no ranking;
+   of the rounds first (``_shares``), and the claim needs no ranking; where it did not
+   (PostgreSQL), to what the rounds can give a key known to have one (``_first_rounds``);
 4. appends this claim's starts to the rate-limited keys' rows, and commits.
 
 Counting under the row lock makes limits exact: every claimer of a key holds its lock while it
@@ -165,12 +166,20 @@ class FlowClaimer:
                 if take < limit:
                     bound[group.key] = bound.get(group.key, 0) + take
             picks.append(FlowPick(group.queue, group.key, take, turn, caps.get(group.key)))
-        shares = _shares(picks, [groups[pick.turn].ready for pick in picks], limit)
+        ready = [groups[pick.turn].ready for pick in picks]
+        counted = None not in ready
+        shares = _shares(picks, ready, limit) if counted else _first_rounds(picks, limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
-        if shares and len(jobs) < min(limit, sum(pick.take for pick in shares)):
+        got = Counter((job.queue, job.flow_key) for job in jobs)
+        if (
+            shares
+            and len(jobs) < min(limit, sum(pick.take for pick in shares))
+            and (counted or any(not got[(pick.queue, pick.key)] for pick in shares))
+        ):
             # Fewer jobs than the walk counted: another worker claimed some since (or some
             # are not due yet). The rest of the rounds, as the claim would have taken them.
-            got = Counter((job.queue, job.flow_key) for job in jobs)
+            # (Uncounted, the first rounds' cut loses jobs only if a key it kept gave none:
+            # otherwise the keys simply had fewer jobs than the claim's size.)
             rest = [
                 FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
                 for p in picks
@@ -315,6 +324,20 @@ def _shares(picks: list[FlowPick], ready: list[int | None], limit: int) -> list[
         FlowPick(pick.queue, pick.key, n, pick.turn, pick.cap)
         for pick, n in zip(picks, given, strict=True)
         if n
+    ]
+
+
+def _first_rounds(picks: list[FlowPick], limit: int) -> list[FlowPick]:
+    """The picks with each take cut to what the claim's rounds can give it where the walk
+    counted no ready jobs (PostgreSQL), knowing only that each walked key had one: the first
+    round gives one job to each of the first ``limit`` picks, every later round at most
+    ``limit - len(picks)`` to each. A claim of 8 over 16 keys reads (and locks) 8 rows, not
+    128. A key that lost its jobs since the walk (another worker) makes the claim come short:
+    ``FlowClaimer._claim`` then claims the rest of the rounds, as after ``_shares``."""
+    most = 1 + max(0, limit - len(picks))
+    return [
+        FlowPick(pick.queue, pick.key, min(pick.take, most), pick.turn, pick.cap)
+        for pick in picks[:limit]
     ]
 
 

@@ -211,6 +211,44 @@ class TestFairness:
 
 
 class TestCost:
+    def test_a_claim_over_more_keys_than_its_size_reads_no_more_jobs_than_it_claims(
+        self, monkeypatch
+    ):
+        # Each key's take is cut to what the rounds can give it before the claim reads (and
+        # locks) its jobs: a claim of 4 over 8 tenants takes the first job of the first 4
+        # (SQLite: from the walk's counts; PostgreSQL, whose walk counts nothing: each walked
+        # key has one; main read and locked 4 jobs of each of the 8). With fewer keys than
+        # the claim's size, a key takes at most one job more than the rounds beyond the first.
+        for tenant in "abcdefgh":
+            tasks.tenant_work.enqueue_many([((tenant,), {"n": n}) for n in range(5)])
+        flow = claimer()
+        flow._limits_met = False  # no limit keys: the walk alone, then the claim
+        takes: list[list[int]] = []
+        claim_flow = flow.driver.claim_flow
+
+        def spied(picks, limit, *args, **kwargs):
+            takes.append([pick.take for pick in picks])
+            return claim_flow(picks, limit, *args, **kwargs)
+
+        monkeypatch.setattr(flow.driver, "claim_flow", spied)
+
+        claimed = flow.claim(["default"], 4)
+        assert [job.args[0] for job in claimed] == ["a", "b", "c", "d"]
+        assert takes == [[1, 1, 1, 1]]
+
+        Job.objects.exclude(args__0__in=["e", "f"]).delete()
+        takes.clear()
+        claimed = flow.claim(["default"], 6)
+        assert [job.args[0] for job in claimed] == ["e", "f"] * 3
+        assert len(takes) == 1 and all(take <= 1 + 6 - 2 for take in takes[0]), takes
+
+        # Fewer jobs than the claim's size: what there is, in one claim (no second one to make
+        # up for jobs that never were).
+        takes.clear()
+        claimed = flow.claim(["default"], 8)
+        assert sorted(job.args[0] for job in claimed) == ["e", "e", "f", "f"]
+        assert len(takes) == 1, takes
+
     def test_a_claim_walks_a_bounded_number_of_keys_however_many_there_are(self):
         tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(600)])
         flow = claimer()

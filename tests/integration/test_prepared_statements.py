@@ -178,3 +178,98 @@ def test_with_prepared_statements_off_the_claim_is_not_prepared():
     add.enqueue(1, 2)
     assert len(driver_for("default").claim(["default"], 1, "w")) == 1
     assert prepared_statements() == []
+
+
+# The flow claim: its walk over keys (alone, or with the lock of its limit keys' rows) and its
+# claim in rounds were planned on every call, which cost as much as running them.
+
+
+def prepared_flow_statements() -> dict[str, tuple[int, int]]:
+    """(generic plans, custom plans) of the flow claim's statements prepared in this session:
+    the walk alone, the walk with the limits' lock, the claim in rounds."""
+    walks = prepared("WITH RECURSIVE served AS%")
+    with_lock = prepared("WITH RECURSIVE served AS%INSERT INTO%flowlimit%")
+    return {
+        "walk": next((row for row in walks if row not in with_lock), (0, 0)),
+        "walk_and_lock": with_lock[0] if with_lock else (0, 0),
+        "claim": (prepared("WITH want AS%jsonb_to_recordset%UPDATE%") or [(0, 0)])[0],
+    }
+
+
+@pytest.fixture
+def flow_registered():
+    from tests.support.flow import flow_tasks
+
+    with flow_tasks():
+        yield
+
+
+def test_the_flow_claims_statements_are_planned_once_after_their_first_five_calls(
+    flow_registered,
+):
+    """The walk (alone, and with the lock of the limit keys' rows) and the claim in rounds
+    are prepared, and from their sixth call on run on their generic plan, whatever the claim's
+    size: their queues and limits are unknown to every plan, so both kinds are estimated
+    alike."""
+    from django_workqueue.flow.claim import FlowClaimer
+    from testproject.testapp import flow_tasks as tasks
+
+    sizes = (1, 2, 3, 4, 2, 3, 1, 4, 2, 3)
+    # Limit keys only: every walk locks their rows. Then tenants' keys only: walks alone.
+    for enqueue in (tasks.one_per_customer, tasks.tenant_work):
+        Job.objects.all().delete()
+        enqueue.enqueue_many([((n % 50,), {}) for n in range(500)])
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {Job._meta.db_table}")
+        flow = FlowClaimer(driver_for("default"), "w")
+        for size in sizes:
+            assert len(flow.claim(["default"], size)) == size
+
+    statements = prepared_flow_statements()
+    # The tenants' claimer walked and locked at first (it assumes the last walk met limits).
+    assert statements["walk_and_lock"] == (len(sizes) + 1 - 5, 5), statements
+    assert statements["walk"] == (len(sizes) - 1 - 5, 5), statements
+    # Every claim claimed in rounds, once each (none came short).
+    assert statements["claim"] == (2 * len(sizes) - 5, 5), statements
+
+
+def test_a_prepared_flow_claim_joins_the_callers_transaction(flow_registered):
+    from django_workqueue.flow.claim import FlowClaimer
+    from testproject.testapp import flow_tasks as tasks
+
+    tasks.tenant_work.enqueue_many([((f"t{n}",), {}) for n in range(3)])
+    tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(3)])
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert len(FlowClaimer(driver_for("default"), "w").claim(["default"], 6)) == 6
+        raise RuntimeError("roll back")
+    assert set(Job.objects.values_list("status", flat=True)) == {"ready"}
+
+
+@override_settings(WORKQUEUE={**settings.WORKQUEUE, "PREPARED_STATEMENTS": False})
+def test_with_prepared_statements_off_the_flow_claim_is_not_prepared(flow_registered):
+    from django_workqueue.flow.claim import FlowClaimer
+    from testproject.testapp import flow_tasks as tasks
+
+    tasks.tenant_work.enqueue_many([((f"t{n}",), {}) for n in range(3)])
+    tasks.one_per_customer.enqueue_many([((n,), {}) for n in range(3)])
+    flow = FlowClaimer(driver_for("default"), "w")
+    assert len(flow.claim(["default"], 3)) + len(flow.claim(["default"], 3)) == 6
+    assert prepared_statements() == []
+
+
+def test_a_rate_limited_claims_starts_are_written_by_a_prepared_statement(flow_registered):
+    """The write of a rate's starts goes prepared, with the transaction's COMMIT, in one
+    round trip."""
+    from django_workqueue.flow.claim import FlowClaimer
+    from testproject.testapp import flow_tasks as tasks
+
+    tasks.twenty_a_second.enqueue_many([((n,), {}) for n in range(8)])
+    flow = FlowClaimer(driver_for("default"), "w")
+    with CaptureQueriesContext(connection) as claims:
+        for _ in range(4):
+            assert len(flow.claim(["default"], 2)) == 2
+
+    [(generic, custom)] = prepared("UPDATE%flowlimit%jsonb_to_recordset%")
+    assert generic + custom == 4
+    writes = [q["sql"] for q in claims.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(writes) == 4 and all(sql.endswith("; COMMIT") for sql in writes)

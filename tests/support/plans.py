@@ -19,11 +19,13 @@ SUFFIX = f"; {_PLAN_RESTORE}"
 @contextmanager
 def captured_statements() -> Iterator[list[tuple[str, Any]]]:
     """The (sql, params) the driver passes to the default connection's cursor inside the block,
-    exactly as executed."""
+    exactly as executed; a statement run prepared with others in one pipeline
+    (``_prepared_in_order``) with theirs around it, as one string would have carried them."""
     statements: list[tuple[str, Any]] = []
 
     def capture(execute, sql, params, many, context):
-        statements.append((sql, params))
+        before, after = getattr(context["cursor"].cursor, "around", ("", ""))
+        statements.append((f"{before}{sql}{after}", params))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(capture):
@@ -37,9 +39,16 @@ def in_index_order(sql: str) -> str | None:
     # (BEGIN or SAVEPOINT before, the running jobs' count and COMMIT or RELEASE after).
     start = sql.find(PREFIX)
     end = sql.find(SUFFIX, start)
-    if start < 0 or end < 0:
+    if start >= 0 and end >= 0:
+        return sql[start + len(PREFIX) : end]
+    # Sent prepared in one pipeline outside a caller's transaction (``_prepared_in_order``):
+    # sorts off before it, nothing to put back after it (the settings end with the pipeline's
+    # transaction); the statements after it, if any, follow "; ".
+    start = sql.find(f"{_PLAN_IN_ORDER}; ")
+    if start < 0:
         return None
-    return sql[start + len(PREFIX) : end]
+    inner = sql[start + len(_PLAN_IN_ORDER) + 2 :]
+    return inner.split("; ", 1)[0]
 
 
 def explain(sql: str, params: Mapping[str, Any] | None, *, pinned: bool = True) -> str:
