@@ -483,7 +483,9 @@ class PostgresDriver(Driver):
     ) -> tuple[list[Any], list[Any]] | None:
         """The rows of ``sql`` (a statement that reads ready jobs in wq_job_flow's order, as
         ``_fetch_in_index_order``'s), and of ``then`` if given (a statement without parameters
-        run after the settings are put back), sent prepared in psycopg 3's pipeline mode: one
+        run after ``sql``: after the settings are put back inside a caller's transaction; in
+        the flow claim's own, still with sorts and JIT off, harmless for the statements it
+        sends there), sent prepared in psycopg 3's pipeline mode: one
         round trip (one Sync) for ``begin``, the settings' save and sorts off, ``sql``,
         the settings put back, ``then`` and ``end``. None without
         ``WORKQUEUE["PREPARED_STATEMENTS"]`` or psycopg 3: the caller sends its statements in
@@ -499,7 +501,9 @@ class PostgresDriver(Driver):
         are one transaction (the implicit one, outside a transaction), so the settings end
         with it as they did. Only ``sql`` goes through Django's cursor wrapper (logged, and
         seen by ``execute_wrapper``), as the one string did; the others are the same on every
-        call. ``in_order=False``: a statement that reads no ready jobs (a rate's starts'
+        call. In a pipeline a statement is only queued when the wrapper runs: Django's debug
+        timing and an ``execute_wrapper`` see it queued (no time, no result yet), not run.
+        ``in_order=False``: a statement that reads no ready jobs (a rate's starts'
         write), sent with its edges only, no settings; a statement that returns no rows
         gives an empty list."""
         if not conf.PREPARED_STATEMENTS or not _pipelines_supported():
@@ -530,7 +534,16 @@ class PostgresDriver(Driver):
                     edges.execute(statement)
                 for statement in save:
                     side.execute(statement)
-                wrapper.execute(sql, params)
+                try:
+                    wrapper.execute(sql, params)
+                except BaseException:
+                    # Refused before it was sent (a value psycopg cannot send, an
+                    # execute_wrapper that raises): the settings sent before it would outlive
+                    # it in the caller's transaction. A server's error rolls them back anyway.
+                    with contextlib.suppress(Exception):
+                        for statement in restore:
+                            side.execute(statement)
+                    raise
                 for statement in restore:
                     side.execute(statement)
                 if counted is not None and then is not None:

@@ -170,16 +170,21 @@ class FlowClaimer:
         counted = None not in ready
         shares = _shares(picks, ready, limit) if counted else _first_rounds(picks, limit)
         jobs = self.driver.claim_flow(shares or picks, limit, self.owner, now)
-        got = Counter((job.queue, job.flow_key) for job in jobs)
-        if (
-            shares
-            and len(jobs) < min(limit, sum(pick.take for pick in shares))
-            and (counted or any(not got[(pick.queue, pick.key)] for pick in shares))
-        ):
-            # Fewer jobs than the walk counted: another worker claimed some since (or some
-            # are not due yet). The rest of the rounds, as the claim would have taken them.
-            # (Uncounted, the first rounds' cut loses jobs only if a key it kept gave none:
-            # otherwise the keys simply had fewer jobs than the claim's size.)
+        # Fewer jobs than the walk counted (SQLite): another worker claimed some since (or some
+        # are not due yet). The rest of the rounds, as the claim would have taken them. Not
+        # where the walk counted nothing (PostgreSQL): the first rounds' cut loses jobs only
+        # if a key it kept lost its last one to another worker since the walk, and the claim
+        # may have committed, letting go of its limits' rows (a second claim could exceed a
+        # limit, and its failure would lose the jobs claimed): the claim comes short, and
+        # the next takes the rest.
+        short = shares and len(jobs) < min(limit, sum(pick.take for pick in shares))
+        if short and not counted:
+            # Jobs may wait that this claim left: the worker polls soon, not at its long
+            # listening interval (``held``, as for jobs a limit holds back).
+            given = {job.flow_key for job in jobs}
+            self.held |= any(pick.key not in given for pick in shares)
+        elif short:
+            got = Counter((job.queue, job.flow_key) for job in jobs)
             rest = [
                 FlowPick(p.queue, p.key, p.take - got[(p.queue, p.key)], p.turn, p.cap)
                 for p in picks

@@ -210,6 +210,58 @@ class TestFairness:
         assert claimer().claim(["default"], 5) == []
 
 
+class TestClaimComingShort:
+    @pytest.mark.postgres_only  # a row another session holds, skipped (FOR UPDATE SKIP LOCKED)
+    @pytest.mark.django_db(transaction=True)  # the claims commit: two workers' sessions
+    def test_a_key_that_gave_no_job_never_makes_the_claim_exceed_a_limit(self, monkeypatch):
+        # PostgreSQL's walk counts no ready jobs, so the claim cuts each key's take to what
+        # its rounds can give (one job each here). A tenant's only job is held by another
+        # session, so the claim comes short; it has committed already, letting go of the
+        # limit's row, and another worker claims meanwhile. A second claim to make up for
+        # the tenant would count the limit from before that worker's claim: three running
+        # jobs of a task with concurrency=2.
+        import psycopg
+
+        tasks.two_at_a_time.enqueue_many([((), {})] * 6)
+        held = tasks.tenant_work.enqueue("zz")
+        settings = connection.settings_dict
+        other = psycopg.connect(
+            host=settings["HOST"] or "127.0.0.1", port=settings["PORT"] or 5432,
+            user=settings["USER"], password=settings["PASSWORD"] or None, dbname=settings["NAME"],
+        )  # fmt: skip
+        other.execute(f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s FOR UPDATE", [held.id])
+        try:
+            flow = claimer("a")
+            claim_flow = flow.driver.claim_flow
+            calls = 0
+
+            def spied(picks, limit, *args, **kwargs):
+                nonlocal calls
+                calls += 1
+                jobs = claim_flow(picks, limit, *args, **kwargs)
+                if calls == 1:  # another worker, between this claim's COMMIT and the next
+
+                    def other_worker() -> None:
+                        try:
+                            claimer("b").claim(["default"], 2)
+                        finally:
+                            connections.close_all()
+
+                    thread = threading.Thread(target=other_worker)
+                    thread.start()
+                    thread.join(30)
+                return jobs
+
+            monkeypatch.setattr(flow.driver, "claim_flow", spied)
+            flow.claim(["default"], 2)
+        finally:
+            other.rollback()
+            other.close()
+        running = Job.objects.filter(task_name=tasks.two_at_a_time.name, status="running")
+        assert running.count() == 2
+        assert flow.held  # it polls soon, as for jobs held back by a limit
+
+
 class TestCost:
     def test_a_claim_over_more_keys_than_its_size_reads_no_more_jobs_than_it_claims(
         self, monkeypatch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -273,3 +273,19 @@ def test_a_rate_limited_claims_starts_are_written_by_a_prepared_statement(flow_r
     assert generic + custom == 4
     writes = [q["sql"] for q in claims.captured_queries if q["sql"].startswith("UPDATE")]
     assert len(writes) == 4 and all(sql.endswith("; COMMIT") for sql in writes)
+
+
+def test_a_flow_walk_refused_before_it_is_sent_leaves_the_callers_settings_alone():
+    # The walk goes in one pipeline after the planner settings it needs (sorts off): refused
+    # by psycopg itself (a NUL byte in a queue's name), it must not leave them in the
+    # caller's transaction, where every later statement would plan without sorting.
+    def planner_settings() -> tuple[str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+            return cursor.fetchone()
+
+    before = planner_settings()
+    with transaction.atomic():
+        with pytest.raises(DataError):
+            driver_for("default").flow_keys(["def\x00ault"], "", 5)
+        assert planner_settings() == before
