@@ -337,8 +337,9 @@ def _first_rounds(picks: list[FlowPick], limit: int) -> list[FlowPick]:
     counted no ready jobs (PostgreSQL), knowing only that each walked key had one: the first
     round gives one job to each of the first ``limit`` picks, every later round at most
     ``limit - len(picks)`` to each. A claim of 8 over 16 keys reads (and locks) 8 rows, not
-    128. A key that lost its jobs since the walk (another worker) makes the claim come short:
-    ``FlowClaimer._claim`` then claims the rest of the rounds, as after ``_shares``."""
+    128. A key that lost its jobs since the walk (another worker) makes the claim come short,
+    and it is not made up: ``FlowClaimer._claim`` marks jobs as held back, so the worker polls
+    soon and its next claim takes the rest."""
     most = 1 + max(0, limit - len(picks))
     return [
         FlowPick(pick.queue, pick.key, min(pick.take, most), pick.turn, pick.cap)
